@@ -1,0 +1,33 @@
+# cdcnorm developer entry points. `make up` runs the pipeline on an embedded default,
+# `make test` runs the whole test suite; both create .venv on first use.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: up test test-fast lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+up: $(STAMP)
+	$(BIN)/cdcnorm up
+
+test: $(STAMP)
+	scripts/ensure-redis
+	$(BIN)/ruff check transforms service sink tests bench
+	$(BIN)/mypy
+	$(BIN)/pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -q -m "not integration"
+
+lint: $(STAMP)
+	$(BIN)/ruff check transforms service sink tests bench
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache build *.egg-info

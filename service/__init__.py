@@ -1,0 +1,1 @@
+"""cdcnorm service: the Faust normalization worker, its config, state stores and CLI."""

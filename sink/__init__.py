@@ -1,0 +1,1 @@
+"""cdcnorm sink: normalized topics into Apache Iceberg tables with PySpark."""

@@ -1,0 +1,251 @@
+"""Kafka Connect data model: column types, logical type names, and Connect JSON schemas.
+
+A :class:`Column` describes one field of a row the way Kafka Connect's ``JsonConverter`` with
+``schemas.enable=true`` describes it: a primitive Connect type, optionality, and an optional
+logical type name (``org.apache.kafka.connect.data.Decimal``, ``io.debezium.time.Date``, ...)
+with its parameters. A :class:`TableSchema` groups the columns of one table and its key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from functools import cached_property
+from typing import Any
+
+__all__ = [
+    "Column",
+    "ConnectType",
+    "DecimalHandlingMode",
+    "Logical",
+    "TableSchema",
+]
+
+
+class ConnectType(StrEnum):
+    """Kafka Connect schema types."""
+
+    INT8 = "int8"
+    INT16 = "int16"
+    INT32 = "int32"
+    INT64 = "int64"
+    FLOAT32 = "float32"
+    FLOAT64 = "float64"
+    BOOLEAN = "boolean"
+    STRING = "string"
+    BYTES = "bytes"
+    ARRAY = "array"
+    MAP = "map"
+    STRUCT = "struct"
+
+
+class Logical:
+    """Connect and Debezium logical type names (the ``name`` of a Connect schema)."""
+
+    DECIMAL = "org.apache.kafka.connect.data.Decimal"
+    CONNECT_DATE = "org.apache.kafka.connect.data.Date"
+    CONNECT_TIME = "org.apache.kafka.connect.data.Time"
+    CONNECT_TIMESTAMP = "org.apache.kafka.connect.data.Timestamp"
+    DATE = "io.debezium.time.Date"
+    TIME = "io.debezium.time.Time"
+    MICRO_TIME = "io.debezium.time.MicroTime"
+    NANO_TIME = "io.debezium.time.NanoTime"
+    ZONED_TIME = "io.debezium.time.ZonedTime"
+    TIMESTAMP = "io.debezium.time.Timestamp"
+    MICRO_TIMESTAMP = "io.debezium.time.MicroTimestamp"
+    NANO_TIMESTAMP = "io.debezium.time.NanoTimestamp"
+    ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
+    YEAR = "io.debezium.time.Year"
+    VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
+    JSON = "io.debezium.data.Json"
+    XML = "io.debezium.data.Xml"
+    UUID = "io.debezium.data.Uuid"
+    ENUM = "io.debezium.data.Enum"
+    ENUM_SET = "io.debezium.data.EnumSet"
+    BITS = "io.debezium.data.Bits"
+    GEOMETRY = "io.debezium.data.geometry.Geometry"
+
+
+class DecimalHandlingMode(StrEnum):
+    """Debezium's ``decimal.handling.mode``."""
+
+    PRECISE = "precise"
+    DOUBLE = "double"
+    STRING = "string"
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One field of a row: name, Connect type, optionality and logical type.
+
+    ``params`` holds the Connect schema parameters as sorted ``(name, value)`` pairs
+    (e.g. ``scale`` and ``connect.decimal.precision`` of a decimal).
+    ``fields`` holds the members of a struct column, ``items`` the element of an array.
+    ``source_type`` is the column type as the source database spells it, when known.
+
+    >>> Column.decimal("price", 10, 2).params
+    (('connect.decimal.precision', '10'), ('scale', '2'))
+    """
+
+    name: str
+    type: ConnectType
+    optional: bool = True
+    logical: str | None = None
+    params: tuple[tuple[str, str], ...] = ()
+    fields: tuple[Column, ...] = ()
+    items: Column | None = None
+    source_type: str | None = None
+
+    @staticmethod
+    def decimal(
+        name: str,
+        precision: int | None,
+        scale: int | None,
+        optional: bool = True,
+        source_type: str | None = None,
+    ) -> Column:
+        """A decimal column. Without a known scale it is a Debezium VariableScaleDecimal."""
+        if scale is None:
+            return Column(
+                name,
+                ConnectType.STRUCT,
+                optional,
+                Logical.VARIABLE_SCALE_DECIMAL,
+                fields=(Column("scale", ConnectType.INT32, False), Column("value", ConnectType.BYTES, False)),
+                source_type=source_type,
+            )
+        params: list[tuple[str, str]] = [("scale", str(scale))]
+        if precision is not None:
+            params.append(("connect.decimal.precision", str(precision)))
+        return Column(
+            name,
+            ConnectType.BYTES,
+            optional,
+            Logical.DECIMAL,
+            tuple(sorted(params)),
+            source_type=source_type,
+        )
+
+    @property
+    def param_map(self) -> dict[str, str]:
+        return dict(self.params)
+
+    @property
+    def scale(self) -> int | None:
+        value = self.param_map.get("scale")
+        return int(value) if value is not None else None
+
+    @property
+    def precision(self) -> int | None:
+        value = self.param_map.get("connect.decimal.precision")
+        return int(value) if value is not None else None
+
+    @property
+    def is_decimal(self) -> bool:
+        return self.logical in (Logical.DECIMAL, Logical.VARIABLE_SCALE_DECIMAL)
+
+    def renamed(self, name: str) -> Column:
+        return replace(self, name=name)
+
+    def as_optional(self, optional: bool = True) -> Column:
+        return self if self.optional == optional else replace(self, optional=optional)
+
+
+@dataclass(frozen=True, slots=True)
+class TableSchema:
+    """The structure of one source table: its name parts, ordered columns and key columns.
+
+    ``db`` is the top-level namespace used in topic names; ``schema`` is the
+    second-level namespace where the source has one (Postgres/Oracle/SQL Server).
+    """
+
+    db: str | None
+    schema: str | None
+    table: str
+    columns: tuple[Column, ...] = ()
+    key: tuple[str, ...] = ()
+    _index: dict[str, int] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._index.update({c.name: i for i, c in enumerate(self.columns)})
+
+    @property
+    def namespace(self) -> str:
+        """The name used in topic and schema names: ``db``, else ``schema``, else ``default``."""
+        return self.db or self.schema or "default"
+
+    @property
+    def qualified_name(self) -> str:
+        parts = [p for p in (self.db, self.schema, self.table) if p]
+        return ".".join(parts)
+
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    def column(self, name: str) -> Column | None:
+        i = self._index.get(name)
+        return None if i is None else self.columns[i]
+
+    def has(self, name: str) -> bool:
+        return name in self._index
+
+    def key_columns(self) -> tuple[Column, ...]:
+        cols = []
+        for name in self.key:
+            col = self.column(name)
+            cols.append(col.as_optional(False) if col else Column(name, ConnectType.STRING, False))
+        return tuple(cols)
+
+    def with_columns(self, columns: tuple[Column, ...] | list[Column]) -> TableSchema:
+        cols = tuple(columns)
+        names = {c.name for c in cols}
+        return TableSchema(self.db, self.schema, self.table, cols, tuple(k for k in self.key if k in names))
+
+    def with_key(self, key: tuple[str, ...] | list[str]) -> TableSchema:
+        return TableSchema(self.db, self.schema, self.table, self.columns, tuple(key))
+
+    def with_name(self, db: str | None, schema: str | None, table: str) -> TableSchema:
+        return TableSchema(db, schema, table, self.columns, self.key)
+
+
+def column_schema(col: Column, decimal_mode: DecimalHandlingMode, with_field: bool = True) -> dict[str, Any]:
+    """The Connect JSON schema of a column, under a decimal handling mode."""
+    out: dict[str, Any]
+    if col.is_decimal and decimal_mode is not DecimalHandlingMode.PRECISE:
+        ctype = ConnectType.FLOAT64 if decimal_mode is DecimalHandlingMode.DOUBLE else ConnectType.STRING
+        out = {"type": ctype.value, "optional": col.optional}
+    else:
+        out = {"type": col.type.value, "optional": col.optional}
+        if col.logical:
+            out["name"] = col.logical
+            out["version"] = 1
+        if col.params:
+            out["parameters"] = dict(col.params)
+        if col.type is ConnectType.STRUCT:
+            out["fields"] = [column_schema(f, decimal_mode) for f in col.fields]
+        elif col.type is ConnectType.ARRAY and col.items is not None:
+            out["items"] = column_schema(col.items, decimal_mode, with_field=False)
+    if with_field:
+        out["field"] = col.name
+    return out
+
+
+def struct_schema(
+    columns: tuple[Column, ...],
+    name: str | None,
+    optional: bool,
+    decimal_mode: DecimalHandlingMode,
+    field_name: str | None = None,
+) -> dict[str, Any]:
+    """A Connect struct schema over columns."""
+    out: dict[str, Any] = {
+        "type": "struct",
+        "fields": [column_schema(c, decimal_mode) for c in columns],
+        "optional": optional,
+    }
+    if name:
+        out["name"] = name
+    if field_name:
+        out["field"] = field_name
+    return out

@@ -1,0 +1,665 @@
+"""The canonical change event and its Debezium-envelope serialization.
+
+This module owns the Debezium event shape: the :class:`Operation` codes, the envelope field
+names, the event classes decoders produce, and :func:`emit`, which turns events into Kafka
+records (topic, key, value, headers) serialized with Kafka Connect JSON schemas. No other module
+spells ``"op"`` or ``"before"``.
+
+Three kinds of events come out of a decoder:
+
+* :class:`ChangeEvent`: one row change (``c u d r t``);
+* :class:`SchemaChangeEvent`: a DDL / table structure change;
+* :class:`TransactionEvent`: a transaction boundary (``BEGIN`` / ``END``).
+
+The unwrap transform produces a fourth, :class:`RowEvent` (a flat row), for consumers that want
+rows rather than envelopes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from transforms.connect import Column, ConnectType, DecimalHandlingMode, TableSchema, column_schema, struct_schema
+from transforms.values import UNAVAILABLE, encoder_for
+
+__all__ = [
+    "BEFORE",
+    "AFTER",
+    "OP",
+    "SOURCE",
+    "TRANSACTION",
+    "TS_MS",
+    "ChangeEvent",
+    "EmitOptions",
+    "Event",
+    "Operation",
+    "OutRecord",
+    "RowEvent",
+    "SchemaChangeEvent",
+    "SnapshotMarker",
+    "SourceInfo",
+    "TransactionEvent",
+    "TransactionRef",
+    "TransactionStatus",
+    "emit",
+    "key_payload",
+    "version",
+]
+
+BEFORE = "before"
+AFTER = "after"
+SOURCE = "source"
+OP = "op"
+TS_MS = "ts_ms"
+TRANSACTION = "transaction"
+
+NEW_KEY_HEADER = "__debezium.newkey"
+OLD_KEY_HEADER = "__debezium.oldkey"
+
+
+def version() -> str:
+    """The cdcnorm version written into ``source.version``."""
+    try:
+        from importlib.metadata import version as _v
+
+        return _v("cdcnorm")
+    except Exception:  # pragma: no cover - not installed
+        return "0.0.0"
+
+
+_VERSION = version()
+
+
+class Operation(StrEnum):
+    """Debezium operation codes."""
+
+    CREATE = "c"
+    UPDATE = "u"
+    DELETE = "d"
+    READ = "r"
+    TRUNCATE = "t"
+
+
+class SnapshotMarker(StrEnum):
+    """Debezium ``source.snapshot`` values."""
+
+    TRUE = "true"
+    LAST = "last"
+    FALSE = "false"
+
+
+class TransactionStatus(StrEnum):
+    BEGIN = "BEGIN"
+    END = "END"
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionRef:
+    """The ``transaction`` block of a change: id plus the event's order within it."""
+
+    id: str
+    total_order: int | None = None
+    data_collection_order: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceInfo:
+    """The ``source`` block, minus the table names (those come from :class:`TableSchema`).
+
+    ``fields`` carries the format's own position/transaction fields under stable names
+    (``file``, ``pos``, ``gtid``, ``scn``, ``rowid``, ``change_seq``, ``cursor`` ...).
+    ``sequence`` is a string that sorts in source order, when the format has one.
+    """
+
+    connector: str
+    ts_ms: int | None = None
+    snapshot: SnapshotMarker = SnapshotMarker.FALSE
+    sequence: str | None = None
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeEvent:
+    """One row change, with Python-typed images (see :mod:`transforms.values`).
+
+    ``ts_ms`` is the time the change was processed by the producing system when the format
+    says so (Canal ``ts``, Debezium ``ts_ms``); it defaults to ``source.ts_ms``.
+    ``topic`` is set by routing transforms and overrides the topic template.
+    """
+
+    op: Operation
+    table: TableSchema
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    source: SourceInfo
+    transaction: TransactionRef | None = None
+    ts_ms: int | None = None
+    topic: str | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaChangeEvent:
+    """A DDL or table-structure change, emitted on the schema-change topic ``<prefix>``.
+
+    ``new_table`` is the table structure after the change when the source describes it.
+    ``change_type`` is ``CREATE``, ``ALTER`` or ``DROP`` (Debezium ``tableChanges[].type``).
+    """
+
+    db: str | None
+    schema: str | None
+    table: str | None
+    ddl: str | None
+    source: SourceInfo
+    change_type: str = "ALTER"
+    new_table: TableSchema | None = None
+    ts_ms: int | None = None
+    topic: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionEvent:
+    """A transaction boundary, emitted on ``<prefix>.transaction`` when enabled."""
+
+    status: TransactionStatus
+    id: str
+    source: SourceInfo
+    event_count: int | None = None
+    data_collections: tuple[tuple[str, int], ...] = ()
+    ts_ms: int | None = None
+    topic: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RowEvent:
+    """A flat row produced by the unwrap transform (ExtractNewRecordState style).
+
+    ``row`` is ``None`` for a dropped-delete tombstone-only record.
+    """
+
+    table: TableSchema
+    row: dict[str, Any] | None
+    key_source: dict[str, Any] | None
+    deleted: bool
+    op: Operation
+    topic: str | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+Event = ChangeEvent | SchemaChangeEvent | TransactionEvent | RowEvent
+
+
+@dataclass(frozen=True, slots=True)
+class EmitOptions:
+    """How events become Kafka records.
+
+    ``topic_template`` may use ``{prefix}``, ``{db}``, ``{schema}`` and ``{table}``;
+    ``{db}`` falls back to the schema name when the source has no database name.
+    """
+
+    prefix: str = "cdcnorm"
+    topic_template: str = "{prefix}.{db}.{table}"
+    decimal_mode: DecimalHandlingMode = DecimalHandlingMode.PRECISE
+    tombstones: bool = True
+    schemas: bool = True
+    transaction_topic: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutRecord:
+    """A Kafka record ready to send: ``key``/``value`` are JSON-ready (or ``None``)."""
+
+    topic: str
+    key: dict[str, Any] | None
+    value: dict[str, Any] | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+    def key_bytes(self) -> bytes | None:
+        return None if self.key is None else orjson.dumps(self.key)
+
+    def value_bytes(self) -> bytes | None:
+        return None if self.value is None else orjson.dumps(self.value)
+
+    def to_json_line(self) -> bytes:
+        return orjson.dumps({"topic": self.topic, "key": self.key, "value": self.value})
+
+
+# ----------------------------------------------------------------------------- schemas
+
+_SOURCE_BASE: tuple[Column, ...] = (
+    Column("version", ConnectType.STRING, False),
+    Column("connector", ConnectType.STRING, False),
+    Column("name", ConnectType.STRING, False),
+    Column("ts_ms", ConnectType.INT64, True),
+    Column("snapshot", ConnectType.STRING, True),
+    Column("db", ConnectType.STRING, True),
+    Column("sequence", ConnectType.STRING, True),
+    Column("schema", ConnectType.STRING, True),
+    Column("table", ConnectType.STRING, True),
+)
+_SOURCE_BASE_NAMES = frozenset(c.name for c in _SOURCE_BASE)
+
+_TRANSACTION_SCHEMA = {
+    "type": "struct",
+    "fields": [
+        {"type": "string", "optional": False, "field": "id"},
+        {"type": "int64", "optional": False, "field": "total_order"},
+        {"type": "int64", "optional": False, "field": "data_collection_order"},
+    ],
+    "optional": True,
+    "name": "event.block",
+    "version": 1,
+    "field": TRANSACTION,
+}
+
+
+def _extra_type(value: Any) -> ConnectType:
+    if isinstance(value, bool):
+        return ConnectType.BOOLEAN
+    if isinstance(value, int):
+        return ConnectType.INT64
+    if isinstance(value, float):
+        return ConnectType.FLOAT64
+    return ConnectType.STRING
+
+
+_source_schema_cache: dict[tuple[str, tuple[tuple[str, ConnectType], ...]], dict[str, Any]] = {}
+
+
+def _source_schema(connector: str, extras: tuple[tuple[str, ConnectType], ...]) -> dict[str, Any]:
+    cache_key = (connector, extras)
+    schema = _source_schema_cache.get(cache_key)
+    if schema is None:
+        cols = _SOURCE_BASE + tuple(Column(n, t, True) for n, t in extras)
+        schema = struct_schema(
+            cols, f"io.cdcnorm.connector.{connector}.Source", False, DecimalHandlingMode.PRECISE, SOURCE
+        )
+        if len(_source_schema_cache) < 10_000:
+            _source_schema_cache[cache_key] = schema
+    return schema
+
+
+def _extra_value(value: Any) -> Any:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, dict | list):
+        return orjson.dumps(value).decode()
+    return str(value)
+
+
+def _topic_base(opts: EmitOptions, db: str | None, schema: str | None, table: str | None) -> str:
+    return opts.topic_template.format(
+        prefix=opts.prefix, db=db or schema or "default", schema=schema or db or "default", table=table or "_"
+    )
+
+
+class _TableCodec:
+    """Cached schemas and encoders of one table under one set of emit options."""
+
+    __slots__ = ("encoders", "envelope_name", "key_cols", "key_encoders", "key_schema", "row_schema", "topic")
+
+    def __init__(self, table: TableSchema, opts: EmitOptions) -> None:
+        mode = opts.decimal_mode
+        self.topic = _topic_base(opts, table.db, table.schema, table.table)
+        base = f"{opts.prefix}.{table.namespace}.{table.table}"
+        self.envelope_name = f"{base}.Envelope"
+        self.row_schema = struct_schema(table.columns, f"{base}.Value", True, mode)
+        key_cols = table.key_columns()
+        self.key_cols = tuple(c.name for c in key_cols)
+        self.key_schema = struct_schema(key_cols, f"{base}.Key", False, mode) if key_cols else None
+        self.encoders = tuple((c.name, enc) for c in table.columns if (enc := encoder_for(c, mode)) is not None)
+        self.key_encoders = tuple((c.name, enc) for c in key_cols if (enc := encoder_for(c, mode)) is not None)
+
+    def encode_row(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
+        if row is None:
+            return None
+        if not self.encoders:
+            return row
+        out = dict(row)
+        for name, enc in self.encoders:
+            value = out.get(name)
+            if value is not None:
+                out[name] = enc(value)
+        return out
+
+    def key(self, before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
+        payload = key_payload(self.key_cols, before, after)
+        if payload is None or self.key_schema is None:
+            return None
+        for name, enc in self.key_encoders:
+            value = payload.get(name)
+            if value is not None:
+                payload[name] = enc(value)
+        return {"schema": self.key_schema, "payload": payload}
+
+
+_codec_cache: dict[tuple[TableSchema, EmitOptions], _TableCodec] = {}
+
+
+def _codec(table: TableSchema, opts: EmitOptions) -> _TableCodec:
+    cache_key = (table, opts)
+    codec = _codec_cache.get(cache_key)
+    if codec is None:
+        if len(_codec_cache) > 20_000:
+            _codec_cache.clear()
+        codec = _codec_cache[cache_key] = _TableCodec(table, opts)
+    return codec
+
+
+def key_payload(
+    key_cols: Iterable[str], before: Mapping[str, Any] | None, after: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """The key columns' values: from ``after`` where present, else from ``before``.
+
+    Returns ``None`` when there are no key columns or a key value is unknown.
+
+    >>> key_payload(["id"], {"id": 1}, None)
+    {'id': 1}
+    """
+    out: dict[str, Any] = {}
+    for name in key_cols:
+        value: Any = UNAVAILABLE
+        if after is not None:
+            value = after.get(name, UNAVAILABLE)
+        if (value is UNAVAILABLE or value == UNAVAILABLE) and before is not None:
+            value = before.get(name, UNAVAILABLE)
+        if isinstance(value, str) and value == UNAVAILABLE:
+            return None
+        out[name] = value
+    return out or None
+
+
+# ----------------------------------------------------------------------------- emit
+
+
+def _source_block(
+    source: SourceInfo, db: str | None, schema: str | None, table: str | None, opts: EmitOptions
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    block: dict[str, Any] = {
+        "version": _VERSION,
+        "connector": source.connector,
+        "name": opts.prefix,
+        "ts_ms": source.ts_ms,
+        "snapshot": source.snapshot.value,
+        "db": db,
+        "sequence": source.sequence,
+        "schema": schema,
+        "table": table,
+    }
+    extras: list[tuple[str, ConnectType]] = []
+    for name, value in source.fields.items():
+        if name in _SOURCE_BASE_NAMES:
+            continue
+        block[name] = _extra_value(value)
+        extras.append((name, _extra_type(value)))
+    schema_json = _source_schema(source.connector, tuple(extras)) if opts.schemas else None
+    return block, schema_json
+
+
+def _envelope_value(
+    event: ChangeEvent,
+    codec: _TableCodec,
+    op: Operation,
+    before: dict[str, Any] | None,
+    after: dict[str, Any] | None,
+    opts: EmitOptions,
+) -> dict[str, Any]:
+    table = event.table
+    source, source_schema = _source_block(event.source, table.db, table.schema, table.table, opts)
+    tx = event.transaction
+    payload = {
+        BEFORE: codec.encode_row(before),
+        AFTER: codec.encode_row(after),
+        SOURCE: source,
+        OP: op.value,
+        TS_MS: event.ts_ms if event.ts_ms is not None else event.source.ts_ms,
+        TRANSACTION: None
+        if tx is None
+        else {
+            "id": tx.id,
+            "total_order": tx.total_order if tx.total_order is not None else 1,
+            "data_collection_order": tx.data_collection_order if tx.data_collection_order is not None else 1,
+        },
+    }
+    if not opts.schemas:
+        return payload
+    schema = {
+        "type": "struct",
+        "fields": [
+            {**codec.row_schema, "field": BEFORE},
+            {**codec.row_schema, "field": AFTER},
+            source_schema,
+            {"type": "string", "optional": False, "field": OP},
+            {"type": "int64", "optional": True, "field": TS_MS},
+            _TRANSACTION_SCHEMA,
+        ],
+        "optional": False,
+        "name": codec.envelope_name,
+        "version": 1,
+    }
+    return {"schema": schema, "payload": payload}
+
+
+def _wrap_key(key: dict[str, Any] | None, opts: EmitOptions) -> dict[str, Any] | None:
+    if key is None or opts.schemas:
+        return key
+    payload: dict[str, Any] = key["payload"]
+    return payload
+
+
+def _key_changed(codec: _TableCodec, event: ChangeEvent) -> bool:
+    if event.op is not Operation.UPDATE or event.before is None or event.after is None or not codec.key_cols:
+        return False
+    old = key_payload(codec.key_cols, event.before, None)
+    new = key_payload(codec.key_cols, None, event.after)
+    return old is not None and new is not None and old != new
+
+
+def _emit_change(event: ChangeEvent, opts: EmitOptions) -> list[OutRecord]:
+    codec = _codec(event.table, opts)
+    topic = event.topic or codec.topic
+    if _key_changed(codec, event):
+        old_key = codec.key(event.before, None)
+        new_key = codec.key(None, event.after)
+        old_key_json = orjson.dumps(_wrap_key(old_key, opts))
+        new_key_json = orjson.dumps(_wrap_key(new_key, opts))
+        out = [
+            OutRecord(
+                topic,
+                _wrap_key(old_key, opts),
+                _envelope_value(event, codec, Operation.DELETE, event.before, None, opts),
+                (*event.headers, (NEW_KEY_HEADER, new_key_json)),
+            )
+        ]
+        if opts.tombstones:
+            out.append(OutRecord(topic, _wrap_key(old_key, opts), None, ((NEW_KEY_HEADER, new_key_json),)))
+        out.append(
+            OutRecord(
+                topic,
+                _wrap_key(new_key, opts),
+                _envelope_value(event, codec, Operation.CREATE, None, event.after, opts),
+                (*event.headers, (OLD_KEY_HEADER, old_key_json)),
+            )
+        )
+        return out
+    key = _wrap_key(codec.key(event.before, event.after), opts)
+    record = OutRecord(topic, key, _envelope_value(event, codec, event.op, event.before, event.after, opts), event.headers)
+    if event.op is Operation.DELETE and opts.tombstones and key is not None:
+        return [record, OutRecord(topic, key, None)]
+    return [record]
+
+
+def _table_change(table: TableSchema, change_type: str) -> dict[str, Any]:
+    return {
+        "type": change_type,
+        "id": f'"{table.qualified_name}"',
+        "table": {
+            "primaryKeyColumnNames": list(table.key),
+            "columns": [
+                {
+                    "name": c.name,
+                    "jdbcType": None,
+                    "typeName": c.source_type or c.type.value,
+                    "typeExpression": c.source_type or c.type.value,
+                    "connectType": c.type.value,
+                    "connectName": c.logical,
+                    "length": c.precision,
+                    "scale": c.scale,
+                    "position": i + 1,
+                    "optional": c.optional,
+                }
+                for i, c in enumerate(table.columns)
+            ],
+        },
+    }
+
+
+_SCHEMA_CHANGE_KEY_SCHEMA = {
+    "type": "struct",
+    "fields": [{"type": "string", "optional": False, "field": "databaseName"}],
+    "optional": False,
+    "name": "io.debezium.connector.common.SchemaChangeKey",
+    "version": 1,
+}
+
+
+def _emit_schema_change(event: SchemaChangeEvent, opts: EmitOptions) -> list[OutRecord]:
+    source, source_schema = _source_block(event.source, event.db, event.schema, event.table, opts)
+    payload = {
+        SOURCE: source,
+        TS_MS: event.ts_ms if event.ts_ms is not None else event.source.ts_ms,
+        "databaseName": event.db or event.schema or "",
+        "schemaName": event.schema,
+        "ddl": event.ddl,
+        "tableChanges": [_table_change(event.new_table, event.change_type)] if event.new_table else [],
+    }
+    key_payload_ = {"databaseName": event.db or event.schema or ""}
+    topic = event.topic or opts.prefix
+    if not opts.schemas:
+        return [OutRecord(topic, key_payload_, payload)]
+    value_schema = {
+        "type": "struct",
+        "fields": [
+            source_schema,
+            {"type": "int64", "optional": True, "field": TS_MS},
+            {"type": "string", "optional": True, "field": "databaseName"},
+            {"type": "string", "optional": True, "field": "schemaName"},
+            {"type": "string", "optional": True, "field": "ddl"},
+            {
+                "type": "array",
+                "items": {"type": "struct", "fields": [], "optional": False, "name": "io.debezium.connector.schema.Change"},
+                "optional": False,
+                "field": "tableChanges",
+            },
+        ],
+        "optional": False,
+        "name": "io.debezium.connector.common.SchemaChangeValue",
+        "version": 1,
+    }
+    return [
+        OutRecord(
+            topic,
+            {"schema": _SCHEMA_CHANGE_KEY_SCHEMA, "payload": key_payload_},
+            {"schema": value_schema, "payload": payload},
+        )
+    ]
+
+
+_TX_KEY_SCHEMA = {
+    "type": "struct",
+    "fields": [{"type": "string", "optional": False, "field": "id"}],
+    "optional": False,
+    "name": "io.debezium.connector.common.TransactionMetadataKey",
+    "version": 1,
+}
+_TX_VALUE_SCHEMA = {
+    "type": "struct",
+    "fields": [
+        {"type": "string", "optional": False, "field": "status"},
+        {"type": "string", "optional": False, "field": "id"},
+        {"type": "int64", "optional": True, "field": "event_count"},
+        {
+            "type": "array",
+            "items": {
+                "type": "struct",
+                "fields": [
+                    {"type": "string", "optional": False, "field": "data_collection"},
+                    {"type": "int64", "optional": False, "field": "event_count"},
+                ],
+                "optional": False,
+            },
+            "optional": True,
+            "field": "data_collections",
+        },
+        {"type": "int64", "optional": False, "field": "ts_ms"},
+    ],
+    "optional": False,
+    "name": "io.debezium.connector.common.TransactionMetadataValue",
+    "version": 1,
+}
+
+
+def _emit_transaction(event: TransactionEvent, opts: EmitOptions) -> list[OutRecord]:
+    payload: dict[str, Any] = {
+        "status": event.status.value,
+        "id": event.id,
+        "event_count": event.event_count,
+        "data_collections": [{"data_collection": n, "event_count": c} for n, c in event.data_collections]
+        if event.status is TransactionStatus.END
+        else None,
+        "ts_ms": event.ts_ms if event.ts_ms is not None else event.source.ts_ms,
+    }
+    topic = event.topic or opts.transaction_topic or f"{opts.prefix}.transaction"
+    key = {"id": event.id}
+    if not opts.schemas:
+        return [OutRecord(topic, key, payload)]
+    return [
+        OutRecord(topic, {"schema": _TX_KEY_SCHEMA, "payload": key}, {"schema": _TX_VALUE_SCHEMA, "payload": payload})
+    ]
+
+
+def _emit_row(event: RowEvent, opts: EmitOptions) -> list[OutRecord]:
+    codec = _codec(event.table, opts)
+    topic = event.topic or codec.topic
+    key = _wrap_key(codec.key(event.key_source, None), opts)
+    out: list[OutRecord] = []
+    if event.row is not None:
+        payload = codec.encode_row(event.row)
+        value = {"schema": codec.row_schema, "payload": payload} if opts.schemas else payload
+        out.append(OutRecord(topic, key, value, event.headers))
+    if event.op is Operation.DELETE and opts.tombstones and key is not None:
+        out.append(OutRecord(topic, key, None))
+    return out
+
+
+def emit(events: Iterable[Event], opts: EmitOptions) -> list[OutRecord]:
+    """Serialize events into Kafka records, in order, adding tombstones and key-change splits."""
+    out: list[OutRecord] = []
+    for event in events:
+        if isinstance(event, ChangeEvent):
+            out.extend(_emit_change(event, opts))
+        elif isinstance(event, SchemaChangeEvent):
+            out.extend(_emit_schema_change(event, opts))
+        elif isinstance(event, TransactionEvent):
+            out.extend(_emit_transaction(event, opts))
+        else:
+            out.extend(_emit_row(event, opts))
+    return out
+
+
+def epoch_ms(value: dt.datetime) -> int:
+    """Milliseconds since the epoch; a naive datetime is taken as UTC."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return int(value.timestamp() * 1000)
+
+
+def column_schema_json(col: Column, mode: DecimalHandlingMode = DecimalHandlingMode.PRECISE) -> dict[str, Any]:
+    """The Connect JSON schema of one column (public for tests and the sink)."""
+    return column_schema(col, mode)

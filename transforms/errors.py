@@ -1,0 +1,98 @@
+"""Domain errors of cdcnorm. Every error raised on purpose derives from :class:`CdcnormError`.
+
+Messages say what was expected and what was found; decode errors carry the format id,
+the offending field and a short preview of the payload so that a DLQ entry is actionable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "CdcnormError",
+    "ConfigError",
+    "DecodeError",
+    "DetectionError",
+    "StateStoreError",
+    "TransformError",
+    "UnknownSchemaError",
+    "payload_preview",
+]
+
+_PREVIEW_BYTES = 120
+
+
+def payload_preview(payload: bytes | str | None, limit: int = _PREVIEW_BYTES) -> str:
+    """A short, printable preview of a payload for error messages.
+
+    >>> payload_preview(b'{"a": 1}')
+    '{"a": 1}'
+    >>> payload_preview(b"x" * 200, limit=5)
+    'xxxxx... (200 bytes)'
+    """
+    if payload is None:
+        return "<null>"
+    raw = payload.encode("utf-8", "replace") if isinstance(payload, str) else payload
+    text = raw[:limit].decode("utf-8", "backslashreplace")
+    text = text.replace("\n", "\\n").replace("\r", "\\r")
+    if len(raw) > limit:
+        text += f"... ({len(raw)} bytes)"
+    return text
+
+
+class CdcnormError(Exception):
+    """Base class of every error cdcnorm raises on purpose."""
+
+
+class ConfigError(CdcnormError):
+    """A configuration value is invalid: names the key, the value and the reason."""
+
+    def __init__(self, key: str, value: Any, reason: str) -> None:
+        self.key = key
+        self.value = value
+        self.reason = reason
+        super().__init__(f"invalid config {key}={value!r}: {reason}")
+
+
+class DecodeError(CdcnormError):
+    """A message could not be decoded by a format decoder.
+
+    >>> str(DecodeError("canal-json", "type", "unknown operation 'MERGE'", b'{"type":"MERGE"}'))
+    'canal-json: field \\'type\\': unknown operation \\'MERGE\\' (payload: {"type":"MERGE"})'
+    """
+
+    def __init__(
+        self,
+        format_id: str,
+        field: str | None,
+        reason: str,
+        payload: bytes | str | None = None,
+    ) -> None:
+        self.format_id = format_id
+        self.field = field
+        self.reason = reason
+        self.preview = payload_preview(payload) if payload is not None else None
+        where = f"field '{field}': " if field else ""
+        tail = f" (payload: {self.preview})" if self.preview is not None else ""
+        super().__init__(f"{format_id}: {where}{reason}{tail}")
+
+
+class UnknownSchemaError(DecodeError):
+    """A data message refers to a schema/metadata entry that has not been seen yet."""
+
+
+class DetectionError(DecodeError):
+    """`auto` could not tell which format a message is in (unknown or ambiguous)."""
+
+
+class TransformError(CdcnormError):
+    """A single-message transform failed on a record."""
+
+    def __init__(self, transform: str, reason: str) -> None:
+        self.transform = transform
+        self.reason = reason
+        super().__init__(f"transform {transform}: {reason}")
+
+
+class StateStoreError(CdcnormError):
+    """The shared state store (e.g. Redis) is unavailable. Retry; never dead-letter for it."""

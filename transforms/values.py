@@ -1,0 +1,472 @@
+"""Typed column values: coercion of raw source values, and their Connect JSON encoding.
+
+Decoders turn raw vendor values (strings, numbers, base64, epoch numbers) into Python values
+typed by the column: ``int``, ``float``, ``bool``, ``str``, ``bytes``, :class:`~decimal.Decimal`,
+:class:`~datetime.date`, naive or aware :class:`~datetime.datetime`, :class:`~datetime.timedelta`
+for times of day, ``dict``/``list`` for structs and arrays. The emitter then encodes them the way
+Debezium does, under ``decimal.handling.mode``.
+
+:data:`UNAVAILABLE` marks a column that is absent from a change (not NULL).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import re
+from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from typing import Any
+
+import orjson
+
+from transforms.connect import Column, ConnectType, DecimalHandlingMode, Logical
+
+__all__ = [
+    "EPOCH",
+    "EPOCH_DATE",
+    "UNAVAILABLE",
+    "CoercionError",
+    "coerce",
+    "decimal_from_unscaled",
+    "encoder_for",
+    "infer_column",
+    "parse_datetime",
+    "parse_time",
+    "unscaled_bytes",
+]
+
+UNAVAILABLE = "__debezium_unavailable_value"
+"""Debezium's placeholder for a column whose value is not present in this change."""
+
+EPOCH = dt.datetime(1970, 1, 1)
+EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+EPOCH_DATE = dt.date(1970, 1, 1)
+
+_INT_TYPES = frozenset({ConnectType.INT8, ConnectType.INT16, ConnectType.INT32, ConnectType.INT64})
+
+
+class CoercionError(ValueError):
+    """A raw value does not fit its column's type. Decoders wrap it into a DecodeError."""
+
+
+# ---------------------------------------------------------------------------- parsing
+
+_DT_RE = re.compile(
+    r"^(-?\d{4,})-(\d{1,2})-(\d{1,2})(?:[T ](\d{1,2}):(\d{2})(?::(\d{2})(?:[.,](\d{1,9}))?)?)?"
+    r"\s*(Z|z|UTC|[+-]\d{2}:?\d{2}|[+-]\d{2})?$"
+)
+_TIME_RE = re.compile(r"^(-)?(\d+):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?$")
+
+
+def _tz(text: str | None) -> dt.tzinfo | None:
+    if not text:
+        return None
+    if text in ("Z", "z", "UTC"):
+        return dt.UTC
+    sign = -1 if text[0] == "-" else 1
+    digits = text[1:].replace(":", "")
+    hours = int(digits[:2])
+    minutes = int(digits[2:4] or 0)
+    return dt.timezone(sign * dt.timedelta(hours=hours, minutes=minutes))
+
+
+def parse_datetime(text: str) -> dt.datetime:
+    """Parse a SQL/ISO datetime; the result is aware only if the text has a zone.
+
+    Fractions beyond microseconds are truncated. Zero dates (``0000-00-00``) are errors.
+
+    >>> parse_datetime("2020-01-02 03:04:05.123")
+    datetime.datetime(2020, 1, 2, 3, 4, 5, 123000)
+    >>> parse_datetime("2020-01-02T03:04:05Z").tzinfo
+    datetime.timezone.utc
+    """
+    m = _DT_RE.match(text.strip())
+    if not m:
+        raise CoercionError(f"expected a date/time like 'YYYY-MM-DD HH:MM:SS', found {text!r}")
+    year, month, day, hh, mm, ss, frac, zone = m.groups()
+    micro = int((frac or "0")[:6].ljust(6, "0"))
+    try:
+        return dt.datetime(
+            int(year), int(month), int(day), int(hh or 0), int(mm or 0), int(ss or 0), micro, _tz(zone)
+        )
+    except ValueError as exc:
+        raise CoercionError(f"invalid date/time {text!r}: {exc}") from exc
+
+
+def parse_time(text: str) -> dt.timedelta:
+    """Parse a SQL TIME (may be negative or beyond 24h) into a timedelta.
+
+    >>> parse_time("838:59:59")
+    datetime.timedelta(days=34, seconds=82799)
+    """
+    m = _TIME_RE.match(text.strip())
+    if not m:
+        raise CoercionError(f"expected a time like 'HH:MM:SS', found {text!r}")
+    neg, hh, mm, ss, frac = m.groups()
+    delta = dt.timedelta(
+        hours=int(hh), minutes=int(mm), seconds=int(ss or 0), microseconds=int((frac or "0")[:6].ljust(6, "0"))
+    )
+    return -delta if neg else delta
+
+
+def decimal_from_unscaled(raw: bytes, scale: int) -> Decimal:
+    """Decode a big-endian two's complement unscaled integer (Connect Decimal bytes).
+
+    >>> decimal_from_unscaled(bytes.fromhex("12d687"), 2)
+    Decimal('12345.67')
+    """
+    unscaled = int.from_bytes(raw, "big", signed=True)
+    return Decimal(unscaled).scaleb(-scale)
+
+
+def unscaled_bytes(value: Decimal, scale: int) -> bytes:
+    """The Connect Decimal bytes of a value at a fixed scale (rounded half-even)."""
+    unscaled = int(value.scaleb(scale).to_integral_value())
+    length = max(1, (unscaled.bit_length() + 8) // 8)
+    return unscaled.to_bytes(length, "big", signed=True)
+
+
+# ---------------------------------------------------------------------------- coercion
+
+
+def _to_int(raw: Any) -> int:
+    if isinstance(raw, bool):
+        return int(raw)
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, float):
+        if raw.is_integer():
+            return int(raw)
+        raise CoercionError(f"expected an integer, found {raw!r}")
+    if isinstance(raw, Decimal):
+        if raw == raw.to_integral_value():
+            return int(raw)
+        raise CoercionError(f"expected an integer, found {raw!r}")
+    if isinstance(raw, str):
+        text = raw.strip()
+        try:
+            return int(text)
+        except ValueError:
+            try:
+                return _to_int(Decimal(text))
+            except InvalidOperation:
+                pass
+    raise CoercionError(f"expected an integer, found {raw!r}")
+
+
+def _to_float(raw: Any) -> float:
+    if isinstance(raw, bool):
+        return float(raw)
+    if isinstance(raw, int | float | Decimal):
+        return float(raw)
+    if isinstance(raw, str):
+        try:
+            return float(raw.strip())
+        except ValueError:
+            pass
+    raise CoercionError(f"expected a number, found {raw!r}")
+
+
+_TRUE = frozenset({"true", "t", "1", "y", "yes"})
+_FALSE = frozenset({"false", "f", "0", "n", "no"})
+
+
+def _to_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, int) and raw in (0, 1):
+        return bool(raw)
+    if isinstance(raw, str):
+        low = raw.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+    raise CoercionError(f"expected a boolean, found {raw!r}")
+
+
+def _to_str(raw: Any) -> str:
+    if isinstance(raw, str):
+        return raw
+    if isinstance(raw, dict | list):
+        return orjson.dumps(raw).decode()
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    if isinstance(raw, bytes):
+        return raw.decode("utf-8", "replace")
+    return str(raw)
+
+
+def _to_bytes(raw: Any) -> bytes:
+    if isinstance(raw, bytes):
+        return raw
+    if isinstance(raw, str):
+        try:
+            return raw.encode("latin-1")
+        except UnicodeEncodeError:
+            return raw.encode("utf-8")
+    raise CoercionError(f"expected bytes, found {raw!r}")
+
+
+def _to_decimal(raw: Any) -> Decimal:
+    if isinstance(raw, Decimal):
+        return raw
+    if isinstance(raw, bool):
+        raise CoercionError(f"expected a decimal, found {raw!r}")
+    if isinstance(raw, int):
+        return Decimal(raw)
+    if isinstance(raw, float):
+        return Decimal(repr(raw))
+    if isinstance(raw, str):
+        try:
+            value = Decimal(raw.strip())
+        except InvalidOperation:
+            pass
+        else:
+            if value.is_finite():
+                return value
+    raise CoercionError(f"expected a decimal, found {raw!r}")
+
+
+def _to_date(raw: Any) -> dt.date:
+    if isinstance(raw, dt.datetime):
+        return raw.date()
+    if isinstance(raw, dt.date):
+        return raw
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return EPOCH_DATE + dt.timedelta(days=raw)
+    if isinstance(raw, str):
+        return parse_datetime(raw).date()
+    raise CoercionError(f"expected a date, found {raw!r}")
+
+
+_EPOCH_UNITS = {
+    Logical.TIMESTAMP: 1_000,
+    Logical.CONNECT_TIMESTAMP: 1_000,
+    Logical.MICRO_TIMESTAMP: 1_000_000,
+    Logical.NANO_TIMESTAMP: 1_000_000_000,
+}
+
+
+def _to_timestamp(raw: Any, logical: str) -> dt.datetime:
+    if isinstance(raw, dt.datetime):
+        return raw
+    if isinstance(raw, dt.date):
+        return dt.datetime(raw.year, raw.month, raw.day)
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        per_second = _EPOCH_UNITS.get(logical, 1_000)
+        seconds, rest = divmod(raw, per_second)
+        return EPOCH + dt.timedelta(seconds=seconds, microseconds=rest * 1_000_000 // per_second)
+    if isinstance(raw, str):
+        value = parse_datetime(raw)
+        if logical == Logical.ZONED_TIMESTAMP and value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        return value
+    raise CoercionError(f"expected a timestamp, found {raw!r}")
+
+
+_TIME_UNITS = {
+    Logical.TIME: 1_000,
+    Logical.CONNECT_TIME: 1_000,
+    Logical.MICRO_TIME: 1_000_000,
+    Logical.NANO_TIME: 1_000_000_000,
+}
+
+
+def _to_time(raw: Any, logical: str) -> dt.timedelta:
+    if isinstance(raw, dt.timedelta):
+        return raw
+    if isinstance(raw, dt.time):
+        return dt.timedelta(hours=raw.hour, minutes=raw.minute, seconds=raw.second, microseconds=raw.microsecond)
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        per_second = _TIME_UNITS.get(logical, 1_000_000)
+        return dt.timedelta(microseconds=raw * 1_000_000 // per_second)
+    if isinstance(raw, str):
+        return parse_time(raw)
+    raise CoercionError(f"expected a time, found {raw!r}")
+
+
+def coerce(col: Column, raw: Any) -> Any:
+    """Turn a raw source value into the Python value typed by ``col``.
+
+    ``None`` stays ``None`` (SQL NULL) and :data:`UNAVAILABLE` stays absent.
+    Raises :class:`CoercionError` when the value cannot be that type.
+
+    >>> coerce(Column("id", ConnectType.INT64), "1")
+    1
+    >>> coerce(Column.decimal("p", 5, 2), "1.5")
+    Decimal('1.5')
+    """
+    if raw is None or raw is UNAVAILABLE or (isinstance(raw, str) and raw == UNAVAILABLE):
+        return raw
+    logical = col.logical
+    if logical:
+        if col.is_decimal:
+            return _to_decimal(raw)
+        if logical in (Logical.DATE, Logical.CONNECT_DATE):
+            return _to_date(raw)
+        if logical in _EPOCH_UNITS or logical == Logical.ZONED_TIMESTAMP:
+            return _to_timestamp(raw, logical)
+        if logical in _TIME_UNITS:
+            return _to_time(raw, logical)
+        if logical == Logical.YEAR:
+            return _to_int(raw)
+        if logical in (Logical.JSON, Logical.XML, Logical.UUID, Logical.ENUM, Logical.ENUM_SET, Logical.ZONED_TIME):
+            return _to_str(raw)
+    ctype = col.type
+    if ctype in _INT_TYPES:
+        return _to_int(raw)
+    if ctype is ConnectType.STRING:
+        return _to_str(raw)
+    if ctype in (ConnectType.FLOAT64, ConnectType.FLOAT32):
+        return _to_float(raw)
+    if ctype is ConnectType.BOOLEAN:
+        return _to_bool(raw)
+    if ctype is ConnectType.BYTES:
+        return _to_bytes(raw)
+    if ctype is ConnectType.STRUCT:
+        if not isinstance(raw, dict):
+            raise CoercionError(f"expected an object, found {raw!r}")
+        by_name = {f.name: f for f in col.fields}
+        return {k: coerce(by_name[k], v) if k in by_name else v for k, v in raw.items()}
+    if ctype is ConnectType.ARRAY:
+        if not isinstance(raw, list):
+            raise CoercionError(f"expected an array, found {raw!r}")
+        return [coerce(col.items, v) for v in raw] if col.items else raw
+    return raw
+
+
+def infer_column(name: str, value: Any) -> Column:
+    """A column for a value of unknown type (schemaless input); ``null`` infers a string.
+
+    >>> infer_column("n", 5).type
+    <ConnectType.INT64: 'int64'>
+    """
+    if isinstance(value, bool):
+        return Column(name, ConnectType.BOOLEAN)
+    if isinstance(value, int):
+        return Column(name, ConnectType.INT64)
+    if isinstance(value, float):
+        return Column(name, ConnectType.FLOAT64)
+    if isinstance(value, Decimal):
+        return Column.decimal(name, None, None)
+    if isinstance(value, bytes):
+        return Column(name, ConnectType.BYTES)
+    if isinstance(value, dt.datetime):
+        return Column(name, ConnectType.STRING, logical=Logical.ZONED_TIMESTAMP) if value.tzinfo else Column(
+            name, ConnectType.INT64, logical=Logical.MICRO_TIMESTAMP
+        )
+    if isinstance(value, dt.date):
+        return Column(name, ConnectType.INT32, logical=Logical.DATE)
+    if isinstance(value, dict):
+        return Column(name, ConnectType.STRING, logical=Logical.JSON)
+    if isinstance(value, list):
+        if value and all(isinstance(v, str) for v in value):
+            return Column(name, ConnectType.ARRAY, items=Column("", ConnectType.STRING))
+        return Column(name, ConnectType.STRING, logical=Logical.JSON)
+    return Column(name, ConnectType.STRING)
+
+
+# ---------------------------------------------------------------------------- encoding
+
+Encoder = Callable[[Any], Any]
+
+
+def _b64(value: bytes) -> str:
+    return base64.b64encode(value).decode("ascii")
+
+
+def b64decode(text: str) -> bytes:
+    """Strict base64 decoding (raises CoercionError)."""
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise CoercionError(f"expected base64, found {text[:40]!r}") from exc
+
+
+def _plain(value: Decimal) -> str:
+    return format(value, "f")
+
+
+def _zoned(value: dt.datetime) -> str:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    text = value.isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
+def _epoch_units(value: dt.datetime, per_second: int) -> int:
+    base = EPOCH_UTC if value.tzinfo else EPOCH
+    delta = value - base
+    return (delta.days * 86_400 + delta.seconds) * per_second + delta.microseconds * per_second // 1_000_000
+
+
+def _time_units(value: dt.timedelta, per_second: int) -> int:
+    return (value.days * 86_400 + value.seconds) * per_second + value.microseconds * per_second // 1_000_000
+
+
+def _guard(fn: Encoder) -> Encoder:
+    def encode(value: Any) -> Any:
+        if value is None or (isinstance(value, str) and value == UNAVAILABLE):
+            return value
+        return fn(value)
+
+    return encode
+
+
+@lru_cache(maxsize=4096)
+def encoder_for(col: Column, mode: DecimalHandlingMode) -> Encoder | None:
+    """The Connect JSON encoder of a column, or ``None`` when values pass through as they are."""
+    logical = col.logical
+    if col.is_decimal:
+        if mode is DecimalHandlingMode.DOUBLE:
+            return _guard(float)
+        if mode is DecimalHandlingMode.STRING:
+            return _guard(lambda v: _plain(_to_decimal(v)))
+        if logical == Logical.VARIABLE_SCALE_DECIMAL:
+
+            def variable(v: Any) -> Any:
+                d = _to_decimal(v)
+                scale = max(0, -int(d.as_tuple().exponent))  # type: ignore[arg-type]
+                return {"scale": scale, "value": _b64(unscaled_bytes(d, scale))}
+
+            return _guard(variable)
+        scale = col.scale or 0
+        return _guard(lambda v: _b64(unscaled_bytes(_to_decimal(v), scale)))
+    if logical in (Logical.DATE, Logical.CONNECT_DATE):
+        return _guard(lambda v: (_to_date(v) - EPOCH_DATE).days)
+    if logical in _EPOCH_UNITS:
+        per_second = _EPOCH_UNITS[logical]
+        return _guard(lambda v: _epoch_units(_to_timestamp(v, logical), per_second))
+    if logical == Logical.ZONED_TIMESTAMP:
+        return _guard(lambda v: _zoned(v) if isinstance(v, dt.datetime) else v)
+    if logical in _TIME_UNITS:
+        per_second = _TIME_UNITS[logical]
+        return _guard(lambda v: _time_units(_to_time(v, logical), per_second))
+    ctype = col.type
+    if ctype is ConnectType.BYTES:
+        return _guard(lambda v: _b64(v) if isinstance(v, bytes) else v)
+    if ctype is ConnectType.STRUCT and col.fields:
+        members = [(f.name, encoder_for(f, mode)) for f in col.fields]
+
+        def struct(v: Any) -> Any:
+            if not isinstance(v, dict):
+                return v
+            out = dict(v)
+            for name, enc in members:
+                if enc is not None and name in out:
+                    out[name] = enc(out[name])
+            return out
+
+        return _guard(struct)
+    if ctype is ConnectType.ARRAY and col.items is not None:
+        item_enc = encoder_for(col.items, mode)
+        if item_enc is not None:
+            enc = item_enc
+            return _guard(lambda v: [enc(x) for x in v] if isinstance(v, list) else v)
+    if ctype is ConnectType.STRING:
+        return _guard(lambda v: v if isinstance(v, str) else _to_str(v))
+    return None
