@@ -11,6 +11,16 @@ the input ``line``, ``topic``, ``key`` payload, and the value payload without
 ``source.version``, plus ``fields``: the after-row Connect fields as ``name:type[/logical]``.
 Lines that fail are expected as ``{"line": N, "error_class": ..., "field": ...}``.
 
+Vector files are copied unmodified, so the loader (not the decoder) handles their quirks,
+driven by reserved keys in ``<case>.options.json`` (removed before the decoder sees them):
+
+* a leading ``/* ... */`` license comment is always skipped;
+* ``"__key_lines": true``: lines alternate Kafka key, then value (Paimon debezium files);
+* ``"__layout": "document"``: the whole file is one (pretty-printed) message;
+* ``"__layout": "events-of:a,b"``: the file is one JSON object whose arrays ``a``, ``b`` hold
+  the messages;
+* ``"__topic_prefix": "p"``: the topic prefix to emit with.
+
 Regenerate expected files with ``CDCNORM_REGEN=1 pytest tests/formats`` and review the diff.
 """
 
@@ -96,22 +106,54 @@ def project(record: OutRecord) -> dict[str, Any]:
     return out
 
 
-def iter_messages(case: Case, binary: bool) -> Iterator[tuple[int, bytes]]:
-    for number, raw in enumerate(case.input_path.read_bytes().splitlines(), start=1):
+def _strip_license(text: bytes) -> bytes:
+    stripped = text.lstrip()
+    if stripped.startswith(b"/*"):
+        end = stripped.find(b"*/")
+        if end >= 0:
+            # keep line numbers stable: replace the comment with as many newlines
+            return b"\n" * stripped[: end + 2].count(b"\n") + stripped[end + 2 :]
+    return text
+
+
+def iter_messages(case: Case, binary: bool) -> Iterator[tuple[int, bytes | None, bytes]]:
+    """(line number, key, value) of each message of a case, per its layout options."""
+    opts = case.options
+    text = _strip_license(case.input_path.read_bytes())
+    layout = opts.get("__layout", "lines")
+    if layout == "document":
+        yield 1, None, text
+        return
+    if layout.startswith("events-of:"):
+        doc = orjson.loads(text)
+        number = 0
+        for name in layout.split(":", 1)[1].split(","):
+            for item in doc[name]:
+                number += 1
+                yield number, None, orjson.dumps(item)
+        return
+    pending_key: bytes | None = None
+    key_lines = bool(opts.get("__key_lines"))
+    expect_key = key_lines
+    for number, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
-        yield number, base64.b64decode(raw.strip()) if binary else raw
+        if expect_key:
+            pending_key, expect_key = raw, False
+            continue
+        yield number, pending_key, base64.b64decode(raw.strip()) if binary else raw
+        expect_key = key_lines
 
 
 def run_case(case: Case) -> list[dict[str, Any]]:
-    opts = dict(case.options)
-    prefix = opts.pop("__topic_prefix", "cdcnorm")
+    opts = {k: v for k, v in case.options.items() if not k.startswith("__")}
+    prefix = case.options.get("__topic_prefix", "cdcnorm")
     decoder = create_decoder(case.format_id, opts)
     pipeline = Pipeline(decoder, EmitOptions(prefix=prefix, decimal_mode=decoder.options.decimal_handling_mode))
     results: list[dict[str, Any]] = []
-    for number, payload in iter_messages(case, decoder.binary):
+    for number, key, payload in iter_messages(case, decoder.binary):
         try:
-            records = pipeline.process(Message(value=payload, topic=case.name, offset=number - 1))
+            records = pipeline.process(Message(value=payload, key=key, topic=case.name, offset=number - 1))
         except DecodeError as exc:
             results.append({"line": number, "error_class": type(exc).__name__, "field": exc.field})
             continue
