@@ -10,7 +10,7 @@ import base64
 import binascii
 import sys
 from pathlib import Path
-from typing import Annotated, BinaryIO
+from typing import Annotated, Any, BinaryIO
 
 import orjson
 import typer
@@ -112,7 +112,7 @@ def formats(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """List the input formats and their options."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for fid in DECODERS:
         try:
             cls = decoder_class(fid)

@@ -25,12 +25,19 @@ from typing import Any
 
 import orjson
 
-from transforms.connect import Column, ConnectType, DecimalHandlingMode, TableSchema, column_schema, struct_schema
+from transforms.connect import (
+    Column,
+    ConnectType,
+    DecimalHandlingMode,
+    TableSchema,
+    column_schema,
+    struct_schema,
+)
 from transforms.values import UNAVAILABLE, encoder_for
 
 __all__ = [
-    "BEFORE",
     "AFTER",
+    "BEFORE",
     "OP",
     "SOURCE",
     "TRANSACTION",
