@@ -430,7 +430,7 @@ def encoder_for(col: Column, mode: DecimalHandlingMode) -> Encoder | None:
 
             def variable(v: Any) -> Any:
                 d = _to_decimal(v)
-                scale = max(0, -int(d.as_tuple().exponent))  # type: ignore[arg-type]
+                scale = max(0, -int(d.as_tuple().exponent))
                 return {"scale": scale, "value": _b64(unscaled_bytes(d, scale))}
 
             return _guard(variable)
