@@ -1,0 +1,89 @@
+"""The sink's configuration: the ``sink:`` section of ``pipeline.yaml`` (validated, typed)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["CatalogConfig", "JarSource", "MaintenanceConfig", "SinkConfig", "WriteMode"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WriteMode(StrEnum):
+    """Iceberg row-level write mode for MERGE/DELETE."""
+
+    MERGE_ON_READ = "merge-on-read"
+    COPY_ON_WRITE = "copy-on-write"
+
+
+class JarSource(StrEnum):
+    """Where the Iceberg Spark runtime comes from."""
+
+    WHEEL = "wheel"  # the jar inside snowpark-connect-deps-iceberg==1.0.1 (no Maven needed)
+    PACKAGES = "packages"  # spark.jars.packages (needs Maven access)
+    NONE = "none"  # already on the classpath (e.g. a cluster image)
+
+
+class CatalogConfig(_Strict):
+    """The Iceberg catalog. ``hadoop`` on a local folder by default; others via Spark conf."""
+
+    name: str = Field("lake", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    type: str = Field("hadoop", description="hadoop | rest | hive | glue | custom (set catalog-impl in spark_conf)")
+    warehouse: str = "var/warehouse"
+    properties: dict[str, str] = Field(default_factory=dict, description="spark.sql.catalog.<name>.<key> values")
+
+
+class MaintenanceConfig(_Strict):
+    """Table maintenance cadence and targets."""
+
+    enabled: bool = True
+    every_batches: int = Field(20, gt=0, description="Run maintenance on a table every N commits to it.")
+    expire_older_than_seconds: int = Field(3600, ge=0)
+    retain_last: int = Field(5, ge=3, description="Keep at least this many snapshots (>= 3 keeps the offsets-tagged one).")
+    min_input_files: int = Field(5, ge=2, description="rewrite_data_files min-input-files")
+
+
+class SinkConfig(_Strict):
+    """How normalized topics are merged into Iceberg tables."""
+
+    topics: list[str] = Field(default_factory=list, description="Normalized topics to read.")
+    topic_pattern: str | None = Field(None, description="Regex of normalized topics (instead of `topics`).")
+    group_id: str = "cdcnorm-sink"
+    trigger_interval_seconds: float = Field(5.0, gt=0)
+    max_records_per_batch: int = Field(200_000, gt=0)
+    poll_timeout_seconds: float = Field(1.0, gt=0)
+    namespace: str | None = Field(None, description="Iceberg namespace for all tables (default: source db).")
+    write_mode: WriteMode = WriteMode.MERGE_ON_READ
+    table_properties: dict[str, str] = Field(default_factory=dict)
+    catalog: CatalogConfig = Field(default_factory=CatalogConfig)
+    jar_source: JarSource = JarSource.WHEEL
+    jar_packages: str = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.2"
+    spark_master: str = "local[2]"
+    spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark conf, passed through.")
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
+    metrics_port: int | None = Field(None, ge=0, le=65535)
+
+    @model_validator(mode="after")
+    def _one_topic_source(self) -> SinkConfig:
+        if not self.topics and not self.topic_pattern:
+            raise ValueError("set `topics` or `topic_pattern`")
+        return self
+
+    def warehouse_path(self, base: Path | None = None) -> str:
+        wh = self.catalog.warehouse
+        if "://" in wh:
+            return wh
+        path = Path(wh)
+        if not path.is_absolute():
+            path = (base or Path.cwd()) / path
+        return str(path)
+
+    @classmethod
+    def from_section(cls, section: dict[str, Any]) -> SinkConfig:
+        return cls.model_validate(section)

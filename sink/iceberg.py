@@ -1,0 +1,391 @@
+"""Spark + Iceberg: sessions, table creation and evolution, MERGE with commit properties.
+
+All Spark code of the sink lives here. The MERGE of a compacted batch and the Kafka offsets it
+covers are committed in one Iceberg snapshot: the offsets are written into the snapshot summary
+(``cdcnorm.offsets``) through Iceberg's ``CommitMetadata.withCommitProperties``, and read back
+on start, so a crash between the Iceberg commit and the Kafka commit neither loses nor
+double-applies a change.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from sink.changes import SinkChange, TableBatch
+from sink.config import JarSource, SinkConfig, WriteMode
+from sink.types import SinkColumn, widening
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "OFFSETS_PROPERTY",
+    "SEQ_COLUMN",
+    "TS_COLUMN",
+    "IcebergTables",
+    "IncompatibleSchemaError",
+    "build_spark",
+    "iceberg_jar",
+]
+
+log = logging.getLogger("cdcnorm.sink")
+
+OFFSETS_PROPERTY = "cdcnorm.offsets"
+KEY_PROPERTY = "cdcnorm.key-columns"
+SEQ_COLUMN = "__cdc_seq"
+TS_COLUMN = "__cdc_ts_ms"
+OP_COLUMN = "__cdc_op"
+UNAVAILABLE_COLUMN = "__cdc_unavailable"
+
+
+class IncompatibleSchemaError(Exception):
+    """A change's schema cannot be applied to the stored table (not a safe widening)."""
+
+
+def iceberg_jar() -> str:
+    """The Iceberg Spark runtime jar shipped in the ``snowpark-connect-deps-iceberg`` wheel."""
+    try:
+        import snowpark_connect_deps_iceberg as wheel
+    except ImportError as exc:  # pragma: no cover - dependency missing
+        raise RuntimeError(
+            "the Iceberg runtime jar is missing: pip install 'snowpark-connect-deps-iceberg==1.0.1'"
+        ) from exc
+    jars = glob.glob(os.path.join(os.path.dirname(wheel.__file__), "jars", "iceberg-spark-runtime-3.5_2.12-*.jar"))
+    if not jars:
+        raise RuntimeError("no iceberg-spark-runtime-3.5 jar in snowpark-connect-deps-iceberg (pin 1.0.1)")
+    return jars[0]
+
+
+def spark_conf(config: SinkConfig) -> dict[str, str]:
+    """The Spark conf of the sink session: jar, extensions, catalog, then the user's passthrough."""
+    cat = config.catalog
+    prefix = f"spark.sql.catalog.{cat.name}"
+    conf = {
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
+    }
+    if cat.type in ("hadoop", "rest", "hive", "glue"):
+        if cat.type == "glue":
+            conf[f"{prefix}.catalog-impl"] = "org.apache.iceberg.aws.glue.GlueCatalog"
+        else:
+            conf[f"{prefix}.type"] = cat.type
+    if cat.type == "hadoop" or cat.warehouse:
+        conf[f"{prefix}.warehouse"] = config.warehouse_path()
+    for key, value in cat.properties.items():
+        conf[f"{prefix}.{key}"] = value
+    if config.jar_source is JarSource.WHEEL:
+        conf["spark.jars"] = iceberg_jar()
+    elif config.jar_source is JarSource.PACKAGES:
+        conf["spark.jars.packages"] = config.jar_packages
+    conf.update(config.spark_conf)
+    return conf
+
+
+def build_spark(config: SinkConfig) -> SparkSession:
+    """A Spark session configured for the sink."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(config.spark_master).appName("cdcnorm-sink")
+    for key, value in spark_conf(config).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def quote(name: str) -> str:
+    """A backtick-quoted SQL identifier.
+
+    >>> quote("a`b")
+    '`a``b`'
+    """
+    return "`" + name.replace("`", "``") + "`"
+
+
+@dataclass
+class _TableState:
+    columns: dict[str, str]  # name -> spark sql type (data columns only)
+    key: tuple[str, ...]
+    commits: int = 0
+
+
+class IcebergTables:
+    """Creates, evolves and merges into the Iceberg tables of one catalog."""
+
+    def __init__(self, spark: SparkSession, config: SinkConfig) -> None:
+        self.spark = spark
+        self.config = config
+        self._state: dict[str, _TableState] = {}
+        self._callback_ready = False
+
+    # -- naming -----------------------------------------------------------------------
+
+    def table_id(self, table: tuple[str, str]) -> str:
+        namespace = self.config.namespace or table[0]
+        return f"{quote(self.config.catalog.name)}.{quote(namespace)}.{quote(table[1])}"
+
+    # -- schema -------------------------------------------------------------------------
+
+    def _load_state(self, tid: str) -> _TableState | None:
+        state = self._state.get(tid)
+        if state is not None:
+            return state
+        if not self._exists(tid):
+            return None
+        cols: dict[str, str] = {}
+        for field in self.spark.table(tid).schema.fields:
+            if field.name in (SEQ_COLUMN, TS_COLUMN, OP_COLUMN):
+                continue
+            cols[field.name] = field.dataType.simpleString()
+        props = {r["key"]: r["value"] for r in self.spark.sql(f"SHOW TBLPROPERTIES {tid}").collect()}
+        key = tuple(k for k in props.get(KEY_PROPERTY, "").split(",") if k)
+        state = self._state[tid] = _TableState(cols, key)
+        return state
+
+    def _exists(self, tid: str) -> bool:
+        try:
+            self.spark.table(tid).schema  # noqa: B018 - resolves the table
+        except Exception as exc:
+            if "TABLE_OR_VIEW_NOT_FOUND" in str(exc) or "not found" in str(exc).lower():
+                return False
+            raise
+        return True
+
+    def ensure_table(self, batch: TableBatch) -> str:
+        """Create the table, or add new columns / apply safe widening. Returns the table id."""
+        tid = self.table_id(batch.table)
+        columns = batch.columns
+        key = batch.key_columns
+        state = self._load_state(tid)
+        if state is None:
+            self._create(tid, columns, key)
+            self._state[tid] = _TableState({c.name: c.sql_type for c in columns}, key)
+            return tid
+        for col in columns:
+            stored = state.columns.get(col.name)
+            if stored is None:
+                self.spark.sql(f"ALTER TABLE {tid} ADD COLUMN {quote(col.name)} {col.sql_type}")
+                state.columns[col.name] = col.sql_type
+                log.info("table %s: added column %s %s", tid, col.name, col.sql_type)
+                continue
+            target = widening(stored, col.sql_type)
+            if target is None:
+                raise IncompatibleSchemaError(
+                    f"table {tid}: column {col.name} is {stored}, a change brings {col.sql_type} (not a safe widening)"
+                )
+            if target.replace(" ", "").lower() != stored.replace(" ", "").lower():
+                self.spark.sql(f"ALTER TABLE {tid} ALTER COLUMN {quote(col.name)} TYPE {target}")
+                state.columns[col.name] = target
+                log.info("table %s: widened column %s %s -> %s", tid, col.name, stored, target)
+        return tid
+
+    def _create(self, tid: str, columns: tuple[SinkColumn, ...], key: tuple[str, ...]) -> None:
+        namespace = tid.rsplit(".", 1)[0]
+        self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
+        defs = []
+        for col in columns:
+            not_null = " NOT NULL" if col.name in key else ""
+            defs.append(f"{quote(col.name)} {col.sql_type}{not_null}")
+        defs.append(f"{quote(SEQ_COLUMN)} string")
+        defs.append(f"{quote(TS_COLUMN)} bigint")
+        if not key:
+            defs.append(f"{quote(OP_COLUMN)} string")
+        mode = self.config.write_mode.value
+        props = {
+            "format-version": "2",
+            "write.merge.mode": mode,
+            "write.update.mode": mode,
+            "write.delete.mode": mode,
+            KEY_PROPERTY: ",".join(key),
+            **self.config.table_properties,
+        }
+        props_sql = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
+        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {tid} ({', '.join(defs)}) USING iceberg TBLPROPERTIES ({props_sql})")
+        if key and self.config.write_mode is WriteMode.COPY_ON_WRITE:
+            # Iceberg 1.9.2 on Spark 3.5 fails merge-on-read writes to tables with identifier
+            # fields ("Cannot add fieldId 1 as an identifier field"); the key is then kept in
+            # the cdcnorm.key-columns property only.
+            self.spark.sql(f"ALTER TABLE {tid} SET IDENTIFIER FIELDS {', '.join(quote(k) for k in key)}")
+        log.info("created table %s key=%s mode=%s", tid, ",".join(key) or "-", mode)
+
+    # -- offsets ------------------------------------------------------------------------
+
+    def applied_offsets(self, table: tuple[str, str]) -> dict[str, int]:
+        """The ``topic:partition -> next offset`` recorded with the table's newest cdcnorm commit."""
+        tid = self.table_id(table)
+        if self._load_state(tid) is None:
+            return {}
+        rows = self.spark.sql(
+            f"SELECT summary['{OFFSETS_PROPERTY}'] AS o FROM {tid}.snapshots "
+            f"WHERE summary['{OFFSETS_PROPERTY}'] IS NOT NULL ORDER BY committed_at DESC LIMIT 1"
+        ).collect()
+        if not rows:
+            return {}
+        offsets: dict[str, int] = orjson.loads(rows[0]["o"])
+        return offsets
+
+    # -- writes -------------------------------------------------------------------------
+
+    def _with_commit_properties(self, props: dict[str, str], work: Callable[[], None]) -> None:
+        """Run ``work`` (Spark SQL writes) so its Iceberg commits carry ``props`` in the summary."""
+        from pyspark.java_gateway import ensure_callback_server_started
+
+        sc = self.spark.sparkContext
+        gateway = sc._gateway
+        if not self._callback_ready:
+            ensure_callback_server_started(gateway)
+            self._callback_ready = True
+        jvm = sc._jvm
+        assert jvm is not None
+        java_props = jvm.java.util.HashMap()
+        for k, v in props.items():
+            java_props.put(k, v)
+
+        class _Work:
+            def __init__(self) -> None:
+                self.error: BaseException | None = None
+
+            def call(self) -> None:
+                try:
+                    work()
+                except BaseException as exc:  # surfaced after the Java call returns
+                    self.error = exc
+                    raise
+                return None
+
+            class Java:
+                implements = ["java.util.concurrent.Callable"]
+
+        callable_ = _Work()
+        exc_class = jvm.java.lang.Class.forName("java.lang.RuntimeException")
+        try:
+            jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(java_props, callable_, exc_class)
+        except Exception:
+            if callable_.error is not None:
+                raise callable_.error from None
+            raise
+
+    def write_batch(self, batch: TableBatch, offsets: dict[str, int]) -> dict[str, int]:
+        """Apply one compacted table batch in Iceberg commits tagged with ``offsets``.
+
+        Returns counts: upserts, deletes, appends, truncates.
+        """
+        tid = self.ensure_table(batch)
+        state = self._state[tid]
+        counts = {"upserts": 0, "deletes": 0, "appends": 0, "truncates": 0}
+        props = {OFFSETS_PROPERTY: orjson.dumps(offsets, option=orjson.OPT_SORT_KEYS).decode()}
+
+        def work() -> None:
+            if batch.truncate:
+                self.spark.sql(f"DELETE FROM {tid}")
+                counts["truncates"] = 1
+            if batch.changes:
+                self._merge(tid, state, batch.changes, counts)
+            if batch.appends:
+                self._append(tid, state, batch.appends)
+                counts["appends"] = len(batch.appends)
+            if not (batch.truncate or batch.changes or batch.appends):
+                return
+        self._with_commit_properties(props, work)
+        state.commits += 1
+        return counts
+
+    def _frame(self, state: _TableState, changes: list[SinkChange], with_unavailable: bool) -> Any:
+        names = list(state.columns)
+        cols_sql = [f"{quote(n)} {state.columns[n]}" for n in names]
+        cols_sql += [f"{quote(OP_COLUMN)} string", f"{quote(SEQ_COLUMN)} string", f"{quote(TS_COLUMN)} bigint"]
+        if with_unavailable:
+            cols_sql.append(f"{quote(UNAVAILABLE_COLUMN)} array<string>")
+        schema = ", ".join(cols_sql)
+        rows = []
+        for ch in changes:
+            image = ch.row or {}
+            values: list[Any] = [image.get(n) for n in names]
+            values += [ch.op, ch.seq, ch.ts_ms]
+            if with_unavailable:
+                values.append(sorted(ch.unavailable) if ch.unavailable else [])
+            rows.append(values)
+        return self.spark.createDataFrame(rows, schema=schema, verifySchema=False)
+
+    def _merge(self, tid: str, state: _TableState, changes: list[SinkChange], counts: dict[str, int]) -> None:
+        key = state.key or changes[-1].key_columns
+        frame = self._frame(state, changes, with_unavailable=True)
+        view = f"cdcnorm_src_{abs(hash(tid)) % 10**8}"
+        frame.createOrReplaceTempView(view)
+        on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
+        newer = f"(t.{quote(SEQ_COLUMN)} IS NULL OR s.{quote(SEQ_COLUMN)} > t.{quote(SEQ_COLUMN)})"
+        not_older = f"(t.{quote(SEQ_COLUMN)} IS NULL OR s.{quote(SEQ_COLUMN)} >= t.{quote(SEQ_COLUMN)})"
+        sets = []
+        for name in state.columns:
+            q = quote(name)
+            sets.append(
+                f"t.{q} = CASE WHEN array_contains(s.{quote(UNAVAILABLE_COLUMN)}, '{name.replace(chr(39), chr(39) * 2)}') "
+                f"THEN t.{q} ELSE s.{q} END"
+            )
+        sets.append(f"t.{quote(SEQ_COLUMN)} = s.{quote(SEQ_COLUMN)}")
+        sets.append(f"t.{quote(TS_COLUMN)} = s.{quote(TS_COLUMN)}")
+        insert_cols = [*state.columns, SEQ_COLUMN, TS_COLUMN]
+        self.spark.sql(
+            f"MERGE INTO {tid} t USING {view} s ON {on} "
+            f"WHEN MATCHED AND s.{quote(OP_COLUMN)} = 'd' AND {not_older} THEN DELETE "
+            f"WHEN MATCHED AND s.{quote(OP_COLUMN)} <> 'd' AND {newer} THEN UPDATE SET {', '.join(sets)} "
+            f"WHEN NOT MATCHED AND s.{quote(OP_COLUMN)} <> 'd' THEN INSERT ({', '.join(quote(c) for c in insert_cols)}) "
+            f"VALUES ({', '.join('s.' + quote(c) for c in insert_cols)})"
+        )
+        self.spark.catalog.dropTempView(view)
+        counts["deletes"] = sum(1 for c in changes if c.op == "d")
+        counts["upserts"] = len(changes) - counts["deletes"]
+
+    def _append(self, tid: str, state: _TableState, changes: list[SinkChange]) -> None:
+        frame = self._frame(state, changes, with_unavailable=False)
+        cols = [*state.columns, SEQ_COLUMN, TS_COLUMN, OP_COLUMN]
+        frame.select(*[quote(c) for c in cols]).writeTo(tid).append()
+
+    # -- maintenance --------------------------------------------------------------------
+
+    def maybe_maintain(self, table: tuple[str, str]) -> bool:
+        """Compact files and expire snapshots every ``maintenance.every_batches`` commits."""
+        m = self.config.maintenance
+        tid = self.table_id(table)
+        state = self._state.get(tid)
+        if not m.enabled or state is None or state.commits == 0 or state.commits % m.every_batches:
+            return False
+        self.maintain(table)
+        return True
+
+    def maintain(self, table: tuple[str, str]) -> None:
+        m = self.config.maintenance
+        tid = self.table_id(table)
+        cat = quote(self.config.catalog.name)
+        ident = tid.split(".", 1)[1].replace("`", "")
+        self.spark.sql(
+            f"CALL {cat}.system.rewrite_data_files(table => '{ident}', "
+            f"options => map('min-input-files', '{m.min_input_files}', 'delete-file-threshold', '1'))"
+        ).collect()
+        self.spark.sql(
+            f"CALL {cat}.system.rewrite_position_delete_files(table => '{ident}', "
+            f"options => map('rewrite-all', 'true'))"
+        ).collect()
+        self.spark.sql(
+            f"CALL {cat}.system.expire_snapshots(table => '{ident}', "
+            f"older_than => TIMESTAMP '{_older_than(m.expire_older_than_seconds)}', retain_last => {m.retain_last})"
+        ).collect()
+        log.info("maintenance done on %s", tid)
+
+
+def _older_than(seconds: int) -> str:
+    import datetime as dt
+
+    return (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S")

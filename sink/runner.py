@@ -1,0 +1,283 @@
+"""The micro-batch loop: Kafka (confluent-kafka, on the driver) → compaction → Iceberg MERGE.
+
+Per micro-batch:
+
+1. read up to ``max_records_per_batch`` records or until the trigger interval elapses;
+2. parse canonical records into changes, skipping those already applied (the offsets recorded in
+   each table's newest cdcnorm snapshot);
+3. compact per table and key, then MERGE each table in one commit tagged with its offsets;
+4. commit the Kafka offsets, only after every table's Iceberg commit;
+5. print one progress line and update the metrics; run maintenance on its cadence.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from sink.changes import ChangeParseError, SinkChange, compact, parse_record
+from sink.config import SinkConfig
+from sink.iceberg import IcebergTables, IncompatibleSchemaError, build_spark
+
+__all__ = ["BatchReport", "MicroBatchSink"]
+
+log = logging.getLogger("cdcnorm.sink")
+
+ROWS_READ = Counter("cdcnorm_sink_rows_read_total", "Records read from normalized topics")
+UPSERTS = Counter("cdcnorm_sink_upserts_total", "Rows upserted after compaction", ["table"])
+DELETES = Counter("cdcnorm_sink_deletes_total", "Rows deleted after compaction", ["table"])
+BAD_RECORDS = Counter("cdcnorm_sink_bad_records_total", "Records that are not canonical change events")
+COMMIT_SECONDS = Histogram("cdcnorm_sink_commit_seconds", "Iceberg commit time per micro-batch")
+FRESHNESS = Gauge("cdcnorm_sink_freshness_seconds", "Now minus the newest source ts_ms applied")
+PAUSED = Gauge("cdcnorm_sink_paused_tables", "Tables paused on an incompatible schema change")
+
+
+@dataclass
+class BatchReport:
+    """What one micro-batch did."""
+
+    rows_read: int = 0
+    changes: int = 0
+    upserts: int = 0
+    deletes: int = 0
+    appends: int = 0
+    truncates: int = 0
+    tables: list[str] = field(default_factory=list)
+    commit_seconds: float = 0.0
+    newest_ts_ms: int | None = None
+    skipped_applied: int = 0
+
+    def line(self) -> str:
+        fresh = "-"
+        if self.newest_ts_ms:
+            fresh = f"{max(0.0, time.time() - self.newest_ts_ms / 1000):.1f}s"
+        return (
+            f"batch: read={self.rows_read} changes={self.changes} upserts={self.upserts} deletes={self.deletes} "
+            f"appends={self.appends} truncates={self.truncates} tables={len(self.tables)} "
+            f"commit={self.commit_seconds:.2f}s freshness={fresh}"
+            + (f" skipped(already applied)={self.skipped_applied}" if self.skipped_applied else "")
+        )
+
+
+def _tp(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"
+
+
+class MicroBatchSink:
+    """Consumes normalized topics into Iceberg tables, one micro-batch at a time."""
+
+    def __init__(
+        self,
+        config: SinkConfig,
+        bootstrap_servers: str,
+        consumer_conf: dict[str, Any] | None = None,
+        report: Callable[[BatchReport], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.bootstrap_servers = bootstrap_servers
+        self.consumer_conf = consumer_conf or {}
+        self.report = report or (lambda r: log.info(r.line()))
+        self._stop = False
+        self._applied: dict[tuple[str, str], dict[str, int]] = {}
+        self._paused_tables: dict[tuple[str, str], str] = {}
+        self._paused_tps: set[tuple[str, int]] = set()
+        self.spark: Any = None
+        self.tables: IcebergTables | None = None
+        self.consumer: Any = None
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        from confluent_kafka import Consumer
+
+        self.spark = build_spark(self.config)
+        self.tables = IcebergTables(self.spark, self.config)
+        conf = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "group.id": self.config.group_id,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 1000,
+            "enable.partition.eof": False,
+            **self.consumer_conf,
+        }
+        self.consumer = Consumer(conf)
+        topics = list(self.config.topics)
+        if self.config.topic_pattern:
+            topics.append("^" + self.config.topic_pattern.lstrip("^"))
+        self.consumer.subscribe(topics)
+
+    def stop(self) -> None:
+        self._stop = True
+
+    def close(self) -> None:
+        if self.consumer is not None:
+            self.consumer.close()
+            self.consumer = None
+
+    def run(self, once: bool = False, max_batches: int | None = None) -> list[BatchReport]:
+        """Run micro-batches until stopped; ``once`` stops at the first empty batch."""
+        if self.consumer is None:
+            self.start()
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        for s in previous:
+            signal.signal(s, lambda *_: self.stop())
+        reports: list[BatchReport] = []
+        idle_batches = 0
+        try:
+            while not self._stop:
+                started = time.monotonic()
+                report = self.run_batch()
+                if report.rows_read:
+                    reports.append(report)
+                    self.report(report)
+                    idle_batches = 0
+                else:
+                    idle_batches += 1
+                if max_batches is not None and len(reports) >= max_batches:
+                    break
+                # "once": stop when nothing more arrives (a fetch returning nothing, never watermarks:
+                # some brokers report wrong high watermarks). Allow a first idle batch for the group join.
+                if once and idle_batches >= (2 if reports else 8):
+                    break
+                if not once:
+                    time.sleep(max(0.0, self.config.trigger_interval_seconds - (time.monotonic() - started)))
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        return reports
+
+    # -- one batch --------------------------------------------------------------------------
+
+    def _poll(self) -> list[Any]:
+        deadline = time.monotonic() + self.config.trigger_interval_seconds
+        out: list[Any] = []
+        limit = self.config.max_records_per_batch
+        while len(out) < limit:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            msgs = self.consumer.consume(num_messages=min(10_000, limit - len(out)), timeout=min(remaining, self.config.poll_timeout_seconds))
+            if not msgs:
+                if out:
+                    break
+                continue
+            for msg in msgs:
+                if msg.error():
+                    log.warning("consumer error: %s", msg.error())
+                    continue
+                out.append(msg)
+        return out
+
+    def _applied_for(self, table: tuple[str, str]) -> dict[str, int]:
+        applied = self._applied.get(table)
+        if applied is None:
+            assert self.tables is not None
+            applied = self._applied[table] = self.tables.applied_offsets(table)
+        return applied
+
+    def run_batch(self) -> BatchReport:
+        assert self.tables is not None
+        msgs = self._poll()
+        report = BatchReport(rows_read=len(msgs))
+        if not msgs:
+            return report
+        ROWS_READ.inc(len(msgs))
+        next_offsets: dict[tuple[str, int], int] = {}
+        first_paused: dict[tuple[str, int], int] = {}
+        changes: list[SinkChange] = []
+        table_offsets: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+        for msg in msgs:
+            tp = (msg.topic(), msg.partition())
+            next_offsets[tp] = max(next_offsets.get(tp, 0), msg.offset() + 1)
+            try:
+                change = parse_record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value())
+            except ChangeParseError as exc:
+                BAD_RECORDS.inc()
+                log.error("skipping a record that is not a canonical change: %s", exc)
+                continue
+            if change is None:
+                continue
+            if change.table in self._paused_tables:
+                first_paused.setdefault(tp, msg.offset())
+                continue
+            applied = self._applied_for(change.table)
+            if msg.offset() < applied.get(_tp(*tp), 0):
+                report.skipped_applied += 1
+                continue
+            changes.append(change)
+            offsets = table_offsets[change.table]
+            key = _tp(*tp)
+            offsets[key] = max(offsets.get(key, 0), msg.offset() + 1)
+        report.changes = len(changes)
+        started = time.monotonic()
+        for table, batch in compact(changes).items():
+            applied = self._applied_for(table)
+            offsets = {**applied, **table_offsets[table]}
+            try:
+                counts = self.tables.write_batch(batch, offsets)
+            except IncompatibleSchemaError as exc:
+                self._pause(table, str(exc), changes, first_paused)
+                continue
+            self._applied[table] = offsets
+            report.tables.append(".".join(table))
+            report.upserts += counts["upserts"]
+            report.deletes += counts["deletes"]
+            report.appends += counts["appends"]
+            report.truncates += counts["truncates"]
+            UPSERTS.labels(".".join(table)).inc(counts["upserts"])
+            DELETES.labels(".".join(table)).inc(counts["deletes"])
+            newest = max((c.ts_ms for c in batch.changes + batch.appends if c.ts_ms), default=None)
+            if newest and (report.newest_ts_ms is None or newest > report.newest_ts_ms):
+                report.newest_ts_ms = newest
+            self.tables.maybe_maintain(table)
+        report.commit_seconds = time.monotonic() - started
+        COMMIT_SECONDS.observe(report.commit_seconds)
+        if report.newest_ts_ms:
+            FRESHNESS.set(max(0.0, time.time() - report.newest_ts_ms / 1000))
+        self._commit(next_offsets, first_paused)
+        return report
+
+    def _pause(
+        self,
+        table: tuple[str, str],
+        reason: str,
+        changes: list[SinkChange],
+        first_paused: dict[tuple[str, int], int],
+    ) -> None:
+        log.error("pausing table %s: %s (other tables go on)", ".".join(table), reason)
+        self._paused_tables[table] = reason
+        PAUSED.set(len(self._paused_tables))
+        for ch in changes:
+            if ch.table == table:
+                tp = (ch.topic, ch.partition)
+                first_paused[tp] = min(first_paused.get(tp, ch.offset), ch.offset)
+
+    def _commit(self, next_offsets: dict[tuple[str, int], int], first_paused: dict[tuple[str, int], int]) -> None:
+        from confluent_kafka import TopicPartition
+
+        commits = []
+        to_pause = []
+        for tp, offset in next_offsets.items():
+            if tp in first_paused:
+                offset = first_paused[tp]
+                if tp not in self._paused_tps:
+                    to_pause.append(TopicPartition(tp[0], tp[1]))
+                    self._paused_tps.add(tp)
+            commits.append(TopicPartition(tp[0], tp[1], offset))
+        if commits:
+            self.consumer.commit(offsets=commits, asynchronous=False)
+        if to_pause:
+            self.consumer.pause(to_pause)
+
+    @property
+    def paused_tables(self) -> dict[tuple[str, str], str]:
+        return dict(self._paused_tables)

@@ -1,0 +1,149 @@
+"""A scripted CDC history as canonical records, and its final state computed in plain Python.
+
+Used by the sink tests: the history is emitted with :func:`transforms.envelope.emit` (the same
+code the service uses), so the sink is tested on real canonical records.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from transforms.connect import Column, ConnectType, Logical, TableSchema
+from transforms.envelope import ChangeEvent, EmitOptions, Operation, OutRecord, SourceInfo, emit
+from transforms.values import UNAVAILABLE
+
+ORDERS = TableSchema(
+    "shop",
+    None,
+    "orders",
+    (
+        Column("id", ConnectType.INT64, False),
+        Column("customer", ConnectType.STRING),
+        Column.decimal("amount", 10, 2),
+        Column("created", ConnectType.INT64, logical=Logical.MICRO_TIMESTAMP),
+        Column("day", ConnectType.INT32, logical=Logical.DATE),
+    ),
+    ("id",),
+)
+ORDERS_V2 = ORDERS.with_columns((*ORDERS.columns, Column("note", ConnectType.STRING)))
+USERS = TableSchema(
+    "shop",
+    None,
+    "users",
+    (Column("tenant", ConnectType.STRING, False), Column("uid", ConnectType.INT32, False), Column("name", ConnectType.STRING)),
+    ("tenant", "uid"),
+)
+EVENTS = TableSchema("shop", None, "events", (Column("msg", ConnectType.STRING), Column("n", ConnectType.INT64)), ())
+
+
+@dataclass
+class History:
+    """Events in production order plus the independently computed final state per table."""
+
+    events: list[ChangeEvent] = field(default_factory=list)
+    state: dict[str, dict[tuple[Any, ...], dict[str, Any]]] = field(default_factory=dict)
+    appended: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def records(self, opts: EmitOptions | None = None) -> list[OutRecord]:
+        return emit(self.events, opts or EmitOptions(prefix="cdcnorm"))
+
+
+def _source(seq: int, ts: int) -> SourceInfo:
+    return SourceInfo("test", ts_ms=ts, sequence=f"{seq:012d}")
+
+
+def scripted_history(n_keys: int = 40, n_changes: int = 400, seed: int = 7) -> History:
+    """Inserts, updates (some partial), deletes, PK changes, a truncate, duplicates,
+    out-of-order sequences and a new column mid-stream, over 3 tables."""
+    rnd = random.Random(seed)
+    h = History()
+    orders: dict[int, dict[str, Any]] = {}
+    users: dict[tuple[str, int], dict[str, Any]] = {}
+    events_rows: list[dict[str, Any]] = []
+    seq = 0
+    base_ts = 1_700_000_000_000
+    orders_table = ORDERS
+    for i in range(n_changes):
+        seq += 1
+        ts = base_ts + seq
+        if i == n_changes // 2:
+            orders_table = ORDERS_V2  # new column mid-stream
+            for row in orders.values():
+                row.setdefault("note", None)
+        if i == n_changes // 3:
+            # truncate users
+            h.events.append(ChangeEvent(Operation.TRUNCATE, USERS, None, None, _source(seq, ts)))
+            users.clear()
+            continue
+        kind = rnd.random()
+        if kind < 0.55:
+            oid = rnd.randrange(n_keys)
+            prev = orders.get(oid)
+            row = {
+                "id": oid,
+                "customer": f"c{rnd.randrange(10)}",
+                "amount": Decimal(rnd.randrange(100000)) / 100,
+                "created": dt.datetime(2024, 1, 1) + dt.timedelta(seconds=seq, microseconds=rnd.randrange(10**6)),
+                "day": dt.date(2024, 1, 1) + dt.timedelta(days=rnd.randrange(30)),
+            }
+            if orders_table is ORDERS_V2:
+                row["note"] = rnd.choice([None, "x", "y"])
+            if prev is None:
+                h.events.append(ChangeEvent(Operation.CREATE, orders_table, None, row, _source(seq, ts)))
+                orders[oid] = row
+            elif rnd.random() < 0.25:
+                h.events.append(ChangeEvent(Operation.DELETE, orders_table, prev, None, _source(seq, ts)))
+                del orders[oid]
+            elif rnd.random() < 0.3:
+                partial = dict(row)
+                partial["customer"] = UNAVAILABLE  # absent column keeps the stored value
+                h.events.append(ChangeEvent(Operation.UPDATE, orders_table, prev, partial, _source(seq, ts)))
+                orders[oid] = {**row, "customer": prev["customer"]}
+            elif rnd.random() < 0.15:
+                new_id = n_keys + rnd.randrange(n_keys)
+                if new_id in orders:
+                    continue
+                moved = {**row, "id": new_id}
+                h.events.append(ChangeEvent(Operation.UPDATE, orders_table, prev, moved, _source(seq, ts)))
+                del orders[oid]
+                orders[new_id] = moved
+            else:
+                h.events.append(ChangeEvent(Operation.UPDATE, orders_table, prev, row, _source(seq, ts)))
+                orders[oid] = row
+        elif kind < 0.85:
+            k = (rnd.choice(["a", "b"]), rnd.randrange(n_keys // 2))
+            prev_u = users.get(k)
+            row_u = {"tenant": k[0], "uid": k[1], "name": f"n{seq}"}
+            if prev_u is not None and rnd.random() < 0.2:
+                h.events.append(ChangeEvent(Operation.DELETE, USERS, prev_u, None, _source(seq, ts)))
+                del users[k]
+            else:
+                op = Operation.CREATE if prev_u is None else Operation.UPDATE
+                h.events.append(ChangeEvent(op, USERS, prev_u, row_u, _source(seq, ts)))
+                users[k] = row_u
+        else:
+            row_e = {"msg": f"m{seq}", "n": seq}
+            h.events.append(ChangeEvent(Operation.CREATE, EVENTS, None, row_e, _source(seq, ts)))
+            events_rows.append(row_e)
+    # duplicates (at-least-once redelivery) and an out-of-order stale update at the end
+    dups = rnd.sample(h.events, k=min(20, len(h.events)))
+    h.events.extend(dups)
+    for e in dups:
+        if e.table is EVENTS:
+            events_rows.append(dict(e.after or {}))
+    live = [e for e in h.events if e.table.table == "orders" and e.op is Operation.CREATE and e.after]
+    if live:
+        stale = live[0]
+        stale_row = dict(stale.after or {})
+        stale_row["customer"] = "STALE"
+        h.events.append(
+            ChangeEvent(Operation.UPDATE, stale.table, stale.after, stale_row, _source(0, base_ts))
+        )
+    h.state["orders"] = {(k,): v for k, v in orders.items()}
+    h.state["users"] = {k: v for k, v in users.items()}
+    h.appended["events"] = events_rows
+    return h

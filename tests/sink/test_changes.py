@@ -1,0 +1,156 @@
+"""Pure sink logic: record parsing, type mapping, compaction (no Spark)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+
+from sink.changes import ChangeParseError, compact, parse_record
+from sink.types import spark_type, widening
+from tests.sink.history import ORDERS, scripted_history
+from transforms.connect import Column, ConnectType, Logical
+from transforms.envelope import ChangeEvent, EmitOptions, Operation, SourceInfo, emit
+from transforms.values import UNAVAILABLE
+
+
+def _changes(events, opts=None):
+    out = []
+    for offset, rec in enumerate(emit(events, opts or EmitOptions())):
+        ch = parse_record(rec.topic, 0, offset, rec.key_bytes(), rec.value_bytes())
+        if ch is not None:
+            out.append(ch)
+    return out
+
+
+ROW = {
+    "id": 1,
+    "customer": "c",
+    "amount": Decimal("12.30"),
+    "created": dt.datetime(2024, 1, 2, 3, 4, 5, 123456),
+    "day": dt.date(2024, 1, 2),
+}
+
+
+def test_parse_maps_envelope_to_typed_row() -> None:
+    (change,) = _changes([ChangeEvent(Operation.CREATE, ORDERS, None, ROW, SourceInfo("t", 5, sequence="0009"))])
+    assert change.table == ("shop", "orders")
+    assert change.op == "c"
+    assert change.key == (1,)
+    assert change.row == ROW
+    assert change.seq == "s0009"
+    assert change.ts_ms == 5
+    assert [c.sql_type for c in change.columns] == ["bigint", "string", "decimal(10,2)", "timestamp_ntz", "date"]
+
+
+def test_tombstones_and_non_change_records_are_skipped() -> None:
+    assert parse_record("t", 0, 0, b'{"id":1}', None) is None
+    assert parse_record("t", 0, 0, None, b'{"schema":null,"payload":{"ddl":"x"}}') is None
+
+
+def test_bad_records_raise_typed_error() -> None:
+    with pytest.raises(ChangeParseError):
+        parse_record("t", 0, 0, None, b"{not json")
+    with pytest.raises(ChangeParseError, match="unknown op"):
+        parse_record("t", 0, 0, None, b'{"payload":{"op":"x","source":{"table":"a"}},"schema":{}}')
+
+
+def test_delete_uses_before_image_and_placeholder_is_tracked() -> None:
+    partial = {**ROW, "customer": UNAVAILABLE}
+    changes = _changes(
+        [
+            ChangeEvent(Operation.UPDATE, ORDERS, ROW, partial, SourceInfo("t", sequence="2")),
+            ChangeEvent(Operation.DELETE, ORDERS, ROW, None, SourceInfo("t", sequence="3")),
+        ]
+    )
+    assert changes[0].unavailable == {"customer"}
+    assert changes[0].row is not None and changes[0].row["customer"] is None
+    assert changes[1].op == "d" and changes[1].row == ROW
+
+
+def test_compaction_keeps_last_per_key_in_sequence_order() -> None:
+    rows = [{**ROW, "customer": f"v{i}"} for i in range(4)]
+    events = [
+        ChangeEvent(Operation.CREATE, ORDERS, None, rows[0], SourceInfo("t", sequence="1")),
+        ChangeEvent(Operation.UPDATE, ORDERS, rows[0], rows[2], SourceInfo("t", sequence="3")),
+        ChangeEvent(Operation.UPDATE, ORDERS, rows[0], rows[1], SourceInfo("t", sequence="2")),  # out of order
+    ]
+    batch = compact(_changes(events))[("shop", "orders")]
+    (last,) = batch.changes
+    assert last.row is not None and last.row["customer"] == "v2"
+
+
+def test_compaction_folds_partial_image_into_earlier_full_image() -> None:
+    full = {**ROW, "customer": "full"}
+    partial = {**ROW, "amount": Decimal("1.00"), "customer": UNAVAILABLE}
+    events = [
+        ChangeEvent(Operation.CREATE, ORDERS, None, full, SourceInfo("t", sequence="1")),
+        ChangeEvent(Operation.UPDATE, ORDERS, full, partial, SourceInfo("t", sequence="2")),
+    ]
+    (last,) = compact(_changes(events))[("shop", "orders")].changes
+    assert last.unavailable == frozenset()
+    assert last.row is not None and last.row["customer"] == "full" and last.row["amount"] == Decimal("1.00")
+
+
+def test_compaction_pk_change_gives_delete_and_insert() -> None:
+    moved = {**ROW, "id": 2}
+    events = [ChangeEvent(Operation.UPDATE, ORDERS, ROW, moved, SourceInfo("t", sequence="1"))]
+    batch = compact(_changes(events))[("shop", "orders")]
+    assert sorted((c.key, c.op) for c in batch.changes) == [((1,), "d"), ((2,), "c")]
+
+
+def test_compaction_truncate_drops_what_came_before() -> None:
+    events = [
+        ChangeEvent(Operation.CREATE, ORDERS, None, ROW, SourceInfo("t", sequence="1")),
+        ChangeEvent(Operation.TRUNCATE, ORDERS, None, None, SourceInfo("t", sequence="2")),
+        ChangeEvent(Operation.CREATE, ORDERS, None, {**ROW, "id": 5}, SourceInfo("t", sequence="3")),
+    ]
+    batch = compact(_changes(events))[("shop", "orders")]
+    assert batch.truncate
+    assert [c.key for c in batch.changes] == [(5,)]
+
+
+def test_offsets_order_changes_without_sequence() -> None:
+    events = [
+        ChangeEvent(Operation.CREATE, ORDERS, None, ROW, SourceInfo("t")),
+        ChangeEvent(Operation.UPDATE, ORDERS, ROW, {**ROW, "customer": "later"}, SourceInfo("t")),
+    ]
+    (last,) = compact(_changes(events))[("shop", "orders")].changes
+    assert last.row is not None and last.row["customer"] == "later"
+
+
+def test_type_mapping_covers_logical_types() -> None:
+    from transforms.connect import column_schema
+    from transforms.connect import DecimalHandlingMode as M
+
+    def sql(col: Column) -> str:
+        return spark_type(column_schema(col, M.PRECISE))[0]
+
+    assert sql(Column("a", ConnectType.INT16)) == "int"
+    assert sql(Column("a", ConnectType.INT64)) == "bigint"
+    assert sql(Column.decimal("a", 50, 4)) == "decimal(38,4)"
+    assert sql(Column.decimal("a", None, None)) == "decimal(38,10)"
+    assert sql(Column("a", ConnectType.STRING, logical=Logical.ZONED_TIMESTAMP)) == "timestamp"
+    assert sql(Column("a", ConnectType.INT64, logical=Logical.NANO_TIMESTAMP)) == "timestamp_ntz"
+    assert sql(Column("a", ConnectType.INT64, logical=Logical.MICRO_TIME)) == "bigint"
+    assert sql(Column("a", ConnectType.BYTES)) == "binary"
+    assert sql(Column("a", ConnectType.STRING, logical=Logical.JSON)) == "string"
+    assert widening("int", "bigint") == "bigint"
+    assert widening("decimal(10,2)", "decimal(12,3)") is None
+
+
+def test_scripted_history_compacts_to_expected_state() -> None:
+    """Compaction alone (one batch) reproduces the independently computed final state."""
+    h = scripted_history(n_keys=10, n_changes=150)
+    batches = compact(_changes(h.events))
+    got = {}
+    for c in batches[("shop", "orders")].changes:
+        if c.op != "d":
+            got[c.key] = c.row
+    want = h.state["orders"]
+    assert set(got) == set(want)
+    for key, row in want.items():
+        assert {k: got[key][k] for k in row if k != "customer" or got[key][k] is not None} == {
+            k: v for k, v in row.items() if k != "customer" or got[key][k] is not None
+        }
