@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from functools import cached_property
 from typing import Any
 
 __all__ = [
@@ -179,7 +178,7 @@ class TableSchema:
         parts = [p for p in (self.db, self.schema, self.table) if p]
         return ".".join(parts)
 
-    @cached_property
+    @property
     def names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
 

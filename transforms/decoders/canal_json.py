@@ -1,0 +1,651 @@
+"""Canal JSON (Alibaba Canal flat messages, as also written by DTS, Flink and Flink CDC).
+
+One message holds one statement's rows: ``data[]`` has one row per change (order kept),
+``old[]`` the matching partial before images of an UPDATE (only the changed columns),
+``mysqlType``/``sqlType`` the column types, ``pkNames`` the key, ``es`` the binlog time and
+``ts`` the time Canal/DTS wrote the message::
+
+    {"data":[{"id":"1","v":"b"}],"old":[{"v":"a"}],"database":"db","table":"t",
+     "mysqlType":{"id":"bigint(20)","v":"varchar(5)"},"pkNames":["id"],"type":"UPDATE",
+     "es":1600161894000,"ts":1600161894771,"id":58,"isDdl":false,"sql":""}
+
+Mapping:
+
+* ``INSERT`` → ``c``, ``UPDATE`` → ``u``, ``DELETE`` → ``d``, ``INIT`` (Flink snapshot rows) → ``r``.
+* UPDATE: ``after`` = the ``data`` row; ``before`` = the ``data`` row overlaid with its ``old``
+  row (columns missing from ``old`` did not change). Without ``old`` the before image is unknown
+  and stays ``null``.
+* DELETE: rows are in ``data`` (open-source Canal, DTS since 2022-03-20) or, in the legacy DTS
+  layout, in ``old`` with ``data: null``; the layout is detected per message.
+* A column that the table's types name but a row lacks is absent, i.e. ``UNAVAILABLE``.
+* ``isDdl: true`` or a DDL type (``CREATE``/``ALTER``/``ERASE``/``DDL``/...) is a schema change
+  with ``sql`` as its DDL; ``TRUNCATE`` is that schema change followed by a ``t`` event.
+  ``GTID``/``XACOMMIT``/``XAROLLBACK``/``MHEARTBEAT`` carry no change.
+* Types come from ``mysqlType`` (any spelling: ``bigint(20)``, ``INT(8) unsigned zerofill``,
+  ``ENUM('a','b')`` ...), else from ``sqlType`` (``java.sql.Types`` codes), else are inferred
+  from the JSON values (Flink CDC pipeline output, minimal messages), which are then kept as
+  they are.
+
+``source.sequence`` is left ``null``: ``es`` is the statement's start time at second resolution
+(binlog events are written in commit order, so it can go backwards), and ``id`` is a Canal
+batch counter that many messages share and that restarts with the Canal server. Neither, nor
+both together, sort changes in source order.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping
+from enum import StrEnum
+from functools import lru_cache
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import Field, field_validator
+
+from transforms.connect import Column, ConnectType, Logical, TableSchema
+from transforms.decoders.base import Decoder, Message
+from transforms.envelope import (
+    ChangeEvent,
+    Event,
+    Operation,
+    SchemaChangeEvent,
+    SnapshotMarker,
+    SourceInfo,
+)
+from transforms.metadata import MetadataStore
+from transforms.options import FormatOptions
+from transforms.values import UNAVAILABLE, CoercionError, infer_column, parse_datetime
+
+__all__ = ["BigintUnsignedHandlingMode", "CanalJsonDecoder", "CanalJsonOptions", "column_for_type"]
+
+
+class BigintUnsignedHandlingMode(StrEnum):
+    """Debezium's ``bigint.unsigned.handling.mode``."""
+
+    PRECISE = "precise"
+    LONG = "long"
+
+
+class CanalJsonOptions(FormatOptions):
+    """Options of the ``canal-json`` format."""
+
+    bigint_unsigned_handling_mode: BigintUnsignedHandlingMode = Field(
+        BigintUnsignedHandlingMode.PRECISE,
+        alias="bigint.unsigned.handling.mode",
+        description="BIGINT UNSIGNED as Decimal(20,0) (precise, lossless) or as int64 (long, wraps above 2^63-1).",
+    )
+    timestamp_zone: str = Field(
+        "UTC",
+        alias="timestamp.zone",
+        description="Time zone in which Canal rendered MySQL TIMESTAMP values (an IANA name).",
+    )
+    default_table: str | None = Field(
+        None,
+        alias="default.table",
+        description="'db.table' (or 'table') for messages without database/table; else the topic name is the table.",
+    )
+
+    @field_validator("timestamp_zone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown time zone {value!r}") from exc
+        return value
+
+
+_OPS = {
+    "INSERT": Operation.CREATE,
+    "UPDATE": Operation.UPDATE,
+    "DELETE": Operation.DELETE,
+    "INIT": Operation.READ,
+}
+_DDL_TYPES = {
+    "DDL": "ALTER",
+    "CREATE": "CREATE",
+    "ALTER": "ALTER",
+    "ERASE": "DROP",
+    "RENAME": "ALTER",
+    "TRUNCATE": "ALTER",
+    "CINDEX": "ALTER",
+    "DINDEX": "ALTER",
+    "QUERY": "ALTER",
+}
+_NO_CHANGE_TYPES = frozenset({"GTID", "XACOMMIT", "XAROLLBACK", "MHEARTBEAT", "HEARTBEAT", "BEGIN", "COMMIT"})
+_DDL_KIND_RE = re.compile(r"^\s*(?:/\*.*?\*/\s*)*(create|drop)\s+table\b", re.IGNORECASE | re.DOTALL)
+
+# ------------------------------------------------------------------------------------------ types
+
+_TYPE_RE = re.compile(
+    r"^\s*([a-z_][a-z0-9_]*(?:\s+(?:precision|varying))?)\s*(?:\((.*)\))?(.*)$", re.IGNORECASE | re.DOTALL
+)
+_LABEL_RE = re.compile(r"'((?:[^']|'')*)'")
+_GEOMETRY = frozenset(
+    {
+        "geometry",
+        "point",
+        "linestring",
+        "polygon",
+        "multipoint",
+        "multilinestring",
+        "multipolygon",
+        "geometrycollection",
+        "geomcollection",
+    }
+)
+_STRINGS = frozenset(
+    {
+        "char",
+        "varchar",
+        "tinytext",
+        "text",
+        "mediumtext",
+        "longtext",
+        "nchar",
+        "nvarchar",
+        "character",
+        "character varying",
+        "string",
+        "clob",
+        "uuid",
+        "bpchar",
+        "citext",
+        "xml",
+        "inet",
+        "cidr",
+        "macaddr",
+    }
+)
+_BINARIES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "bytea", "raw"})
+
+# java.sql.Types codes, for messages with sqlType but no mysqlType
+_SQL_TYPES: dict[int, tuple[ConnectType, str | None]] = {
+    -7: (ConnectType.BOOLEAN, None),
+    16: (ConnectType.BOOLEAN, None),
+    -6: (ConnectType.INT16, None),
+    5: (ConnectType.INT16, None),
+    4: (ConnectType.INT32, None),
+    -5: (ConnectType.INT64, None),
+    6: (ConnectType.FLOAT64, None),
+    7: (ConnectType.FLOAT32, None),
+    8: (ConnectType.FLOAT64, None),
+    91: (ConnectType.INT32, Logical.DATE),
+    92: (ConnectType.INT64, Logical.MICRO_TIME),
+    93: (ConnectType.INT64, Logical.MICRO_TIMESTAMP),
+    2014: (ConnectType.STRING, Logical.ZONED_TIMESTAMP),
+    -2: (ConnectType.BYTES, None),
+    -3: (ConnectType.BYTES, None),
+    -4: (ConnectType.BYTES, None),
+    2004: (ConnectType.BYTES, None),
+}
+
+
+def _args(text: str | None) -> list[int]:
+    if not text:
+        return []
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            return []
+        out.append(int(part))
+    return out
+
+
+@lru_cache(maxsize=4096)
+def column_for_type(
+    name: str,
+    mysql_type: str | None,
+    sql_type: int | None,
+    unsigned_mode: BigintUnsignedHandlingMode = BigintUnsignedHandlingMode.PRECISE,
+) -> Column | None:
+    """The Debezium-style column of a Canal ``mysqlType`` (else ``sqlType``); None if neither is known.
+
+    >>> column_for_type("id", "bigint(20) unsigned", None).logical
+    'org.apache.kafka.connect.data.Decimal'
+    >>> column_for_type("d", "datetime(6)", 93).logical
+    'io.debezium.time.MicroTimestamp'
+    """
+    if mysql_type:
+        col = _mysql_column(name, mysql_type, unsigned_mode)
+        if col is not None:
+            return col
+    if sql_type is not None:
+        if sql_type in (2, 3):
+            return Column.decimal(name, None, None)
+        ctype, logical = _SQL_TYPES.get(sql_type, (ConnectType.STRING, None))
+        return Column(name, ctype, logical=logical)
+    if mysql_type:
+        return Column(name, ConnectType.STRING, source_type=mysql_type)
+    return None
+
+
+def _mysql_column(name: str, text: str, unsigned_mode: BigintUnsignedHandlingMode) -> Column | None:
+    m = _TYPE_RE.match(text)
+    if not m:
+        return None
+    base = " ".join(m.group(1).lower().split())
+    raw_args = m.group(2)
+    rest = (m.group(3) or "").lower()
+    unsigned = "unsigned" in rest.split() or "zerofill" in rest.split()
+    args = _args(raw_args)
+    st = text.strip()
+
+    def col(
+        ctype: ConnectType, logical: str | None = None, params: tuple[tuple[str, str], ...] = ()
+    ) -> Column:
+        return Column(name, ctype, logical=logical, params=params, source_type=st)
+
+    if base in ("tinyint", "int2", "smallserial"):
+        return col(ConnectType.INT16)
+    if base == "smallint":
+        return col(ConnectType.INT32 if unsigned else ConnectType.INT16)
+    if base in ("mediumint", "middleint", "int3"):
+        return col(ConnectType.INT32)
+    if base in ("int", "integer", "int4", "serial4"):
+        return col(ConnectType.INT64 if unsigned else ConnectType.INT32)
+    if base in ("bigint", "int8", "bigserial", "serial8", "serial"):
+        if base == "serial" or unsigned:
+            if unsigned_mode is BigintUnsignedHandlingMode.PRECISE:
+                return Column.decimal(name, 20, 0, source_type=st)
+            return col(ConnectType.INT64)
+        return col(ConnectType.INT64)
+    if base in ("bool", "boolean"):
+        return col(ConnectType.BOOLEAN)
+    if base == "bit":
+        length = args[0] if args else 1
+        if length <= 1:
+            return col(ConnectType.BOOLEAN)
+        return col(ConnectType.BYTES, Logical.BITS, (("length", str(length)),))
+    if base in ("float", "float4"):
+        if len(args) == 2 or (len(args) == 1 and args[0] > 23):
+            return col(ConnectType.FLOAT64)
+        return col(ConnectType.FLOAT32)
+    if base == "real":
+        return col(ConnectType.FLOAT32)
+    if base in ("double", "double precision", "float8"):
+        return col(ConnectType.FLOAT64)
+    if base in ("decimal", "numeric", "fixed", "dec"):
+        if len(args) == 2:
+            return Column.decimal(name, args[0], args[1], source_type=st)
+        if len(args) == 1:
+            return Column.decimal(name, args[0], 0, source_type=st)
+        return Column.decimal(name, None, None, source_type=st)  # scale unknown: never round
+    if base == "date":
+        return col(ConnectType.INT32, Logical.DATE)
+    if base == "datetime" or (base == "timestamp" and "without time zone" in rest):
+        precision = args[0] if args else 0
+        return col(ConnectType.INT64, Logical.TIMESTAMP if precision <= 3 else Logical.MICRO_TIMESTAMP)
+    if base in ("timestamp", "timestamptz"):  # MySQL TIMESTAMP is an instant
+        return col(ConnectType.STRING, Logical.ZONED_TIMESTAMP)
+    if base == "time":
+        return col(ConnectType.INT64, Logical.MICRO_TIME)
+    if base == "year":
+        return col(ConnectType.INT32, Logical.YEAR)
+    if base in ("json", "jsonb"):
+        return col(ConnectType.STRING, Logical.JSON)
+    if base in ("enum", "set"):
+        labels = ",".join(v.replace("''", "'") for v in _LABEL_RE.findall(raw_args or ""))
+        return col(
+            ConnectType.STRING, Logical.ENUM if base == "enum" else Logical.ENUM_SET, (("allowed", labels),)
+        )
+    if base in _GEOMETRY:
+        return Column(
+            name,
+            ConnectType.STRUCT,
+            logical=Logical.GEOMETRY,
+            fields=(Column("wkb", ConnectType.BYTES, False), Column("srid", ConnectType.INT32, True)),
+            source_type=st,
+        )
+    if base in _BINARIES:
+        return col(ConnectType.BYTES)
+    if base in _STRINGS:
+        return col(ConnectType.STRING)
+    return None
+
+
+def _is_zero_date(raw: Any) -> bool:
+    return isinstance(raw, str) and raw.startswith("0000-00-00")
+
+
+# ---------------------------------------------------------------------------------------- decoder
+
+
+class CanalJsonDecoder(Decoder):
+    """Decodes Canal JSON flat messages: one change per ``data`` row, DDL as schema changes."""
+
+    format_id = "canal-json"
+    description = "Alibaba Canal JSON (open-source Canal, DTS, Flink canal-json), both DELETE layouts, DDL."
+    options_model = CanalJsonOptions
+
+    def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
+        super().__init__(options, metadata)
+        opts = self.options
+        assert isinstance(opts, CanalJsonOptions)
+        self._opts = opts
+        self._zone = ZoneInfo(opts.timestamp_zone)
+        self._tables: dict[TableSchema, TableSchema] = {}
+
+    # -- fields ----------------------------------------------------------------------------
+
+    def _opt_str(self, doc: Mapping[str, Any], name: str, raw: bytes) -> str | None:
+        value = doc.get(name)
+        if value is None or isinstance(value, str):
+            return value
+        raise self.error(name, f"expected a string, found {type(value).__name__}", raw)
+
+    def _opt_int(self, doc: Mapping[str, Any], name: str, raw: bytes) -> int | None:
+        value = doc.get(name)
+        if value is None:
+            return None
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value)
+        raise self.error(name, f"expected an integer, found {value!r}", raw)
+
+    def _rows(self, doc: Mapping[str, Any], name: str, raw: bytes) -> list[dict[str, Any]] | None:
+        value = doc.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, list):
+            raise self.error(name, f"expected an array of row objects, found {type(value).__name__}", raw)
+        for i, row in enumerate(value):
+            if not isinstance(row, dict):
+                raise self.error(f"{name}[{i}]", f"expected a row object, found {type(row).__name__}", raw)
+        return value
+
+    def _type_map(self, doc: Mapping[str, Any], name: str, want: type, raw: bytes) -> dict[str, Any]:
+        value = doc.get(name)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.error(name, f"expected an object of column types, found {type(value).__name__}", raw)
+        for col, t in value.items():
+            if t is not None and (not isinstance(t, want) or isinstance(t, bool)):
+                raise self.error(f"{name}.{col}", f"expected a {want.__name__} type, found {t!r}", raw)
+        return value
+
+    # -- decode ----------------------------------------------------------------------------
+
+    def decode(self, message: Message) -> list[Event]:
+        if message.value is None:
+            return []
+        raw = message.value
+        doc = self.load_json(message)
+        kind = doc.get("type")
+        if not isinstance(kind, str):
+            raise self.error("type", f"expected the operation type as a string, found {kind!r}", raw)
+        kind = kind.strip().upper()
+        is_ddl = doc.get("isDdl")
+        if is_ddl is not None and not isinstance(is_ddl, bool):
+            raise self.error("isDdl", f"expected a boolean, found {is_ddl!r}", raw)
+        database = self._opt_str(doc, "database", raw)
+        table = self._opt_str(doc, "table", raw)
+        es = self._opt_int(doc, "es", raw)
+        ts = self._opt_int(doc, "ts", raw)
+        fields = self._source_fields(doc, raw)
+        if is_ddl or (kind in _DDL_TYPES and not (kind == "QUERY" and is_ddl is False)):
+            return self._ddl(doc, kind, database, table, es, ts, fields, message, raw)
+        if kind in _NO_CHANGE_TYPES or kind == "QUERY":
+            return []
+        op = _OPS.get(kind)
+        if op is None:
+            known = ", ".join([*_OPS, *_DDL_TYPES])
+            raise self.error("type", f"unknown operation {kind!r}; expected one of {known}", raw)
+        db, tbl = self._names(database, table, message, raw)
+        data = self._rows(doc, "data", raw)
+        old = self._rows(doc, "old", raw)
+        pairs = self._images(op, data, old, raw)
+        if not pairs:
+            return []
+        schema = self._schema(doc, db, tbl, data, old, raw)
+        source = SourceInfo(
+            connector=self.format_id,
+            ts_ms=es,
+            snapshot=SnapshotMarker.TRUE if op is Operation.READ else SnapshotMarker.FALSE,
+            fields=fields,
+        )
+        events: list[Event] = []
+        for i, (before_raw, after_raw, where) in enumerate(pairs):
+            before = self._image(schema, before_raw, f"{where[0]}[{i}]", raw)
+            after = self._image(schema, after_raw, f"{where[1]}[{i}]", raw)
+            events.append(ChangeEvent(op, schema, before, after, source, ts_ms=ts))
+        return events
+
+    def _source_fields(self, doc: Mapping[str, Any], raw: bytes) -> dict[str, Any]:
+        fields: dict[str, Any] = {}
+        canal_id = doc.get("id")
+        if canal_id is not None:
+            if isinstance(canal_id, bool) or not isinstance(canal_id, int | str):
+                raise self.error("id", f"expected an integer or string, found {canal_id!r}", raw)
+            fields["id"] = canal_id
+        for name, key in (
+            ("gtid", "gtid"),
+            ("serverId", "server_id"),
+            ("logfileName", "file"),
+            ("logfileOffset", "pos"),
+        ):
+            value = doc.get(name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | str):
+                raise self.error(name, f"expected an integer or string, found {value!r}", raw)
+            fields[key] = value
+        sql = self._opt_str(doc, "sql", raw)
+        if sql and not doc.get("isDdl"):
+            fields["query"] = sql
+        return fields
+
+    def _names(
+        self, database: str | None, table: str | None, message: Message, raw: bytes
+    ) -> tuple[str | None, str]:
+        if table:
+            return database, table
+        default = self._opts.default_table
+        if default:
+            db, _, tbl = default.rpartition(".")
+            return database or db or None, tbl
+        if message.topic:
+            return database, message.topic
+        raise self.error(
+            "table", "expected the table name; set the 'default.table' option for messages without one", raw
+        )
+
+    def _images(
+        self,
+        op: Operation,
+        data: list[dict[str, Any]] | None,
+        old: list[dict[str, Any]] | None,
+        raw: bytes,
+    ) -> list[tuple[dict[str, Any] | None, dict[str, Any] | None, tuple[str, str]]]:
+        """(before, after, (before field, after field)) raw rows per change."""
+        if op is Operation.DELETE:
+            if data:
+                return [(row, None, ("data", "data")) for row in data]
+            if old:  # DTS before 2022-03-20: the deleted rows are in `old`, `data` is null
+                return [(row, None, ("old", "old")) for row in old]
+            if data is None and old is None:
+                raise self.error("data", "expected the deleted rows in 'data' (or 'old'), found neither", raw)
+            return []
+        if data is None:
+            raise self.error("data", f"expected the rows of the {op.name} in 'data', found null", raw)
+        if op is not Operation.UPDATE:
+            return [(None, row, ("data", "data")) for row in data]
+        if old is None:
+            return [(None, row, ("old", "data")) for row in data]
+        if len(old) != len(data):
+            raise self.error("old", f"expected {len(data)} rows like 'data', found {len(old)}", raw)
+        return [({**row, **prev}, row, ("old", "data")) for row, prev in zip(data, old, strict=True)]
+
+    def _schema(
+        self,
+        doc: Mapping[str, Any],
+        db: str | None,
+        table: str,
+        data: list[dict[str, Any]] | None,
+        old: list[dict[str, Any]] | None,
+        raw: bytes,
+    ) -> TableSchema:
+        mysql_types = self._type_map(doc, "mysqlType", str, raw)
+        sql_types = self._type_map(doc, "sqlType", int, raw)
+        pk = doc.get("pkNames")
+        if pk is None:
+            pk = []
+        if not isinstance(pk, list) or not all(isinstance(k, str) for k in pk):
+            raise self.error("pkNames", f"expected an array of column names, found {pk!r}", raw)
+        names: dict[str, None] = dict.fromkeys(mysql_types)
+        names.update(dict.fromkeys(sql_types))
+        rows = [*(data or ()), *(old or ())]
+        for row in rows:
+            names.update(dict.fromkeys(row))
+        mode = self._opts.bigint_unsigned_handling_mode
+        columns = []
+        for name in names:
+            col = column_for_type(name, mysql_types.get(name), sql_types.get(name), mode)
+            if col is None:
+                sample = next((row[name] for row in rows if row.get(name) is not None), None)
+                col = infer_column(name, sample)
+            columns.append(col)
+        schema = TableSchema(db, None, table, tuple(columns), tuple(pk))
+        cached = self._tables.get(schema)
+        if cached is not None:
+            return cached
+        if len(self._tables) > 4096:
+            self._tables.clear()
+        self._tables[schema] = schema
+        return schema
+
+    def _image(
+        self, schema: TableSchema, row: dict[str, Any] | None, where: str, raw: bytes
+    ) -> dict[str, Any] | None:
+        if row is None:
+            return None
+        out: dict[str, Any] = {}
+        for col in schema.columns:
+            if col.name not in row:
+                out[col.name] = UNAVAILABLE
+                continue
+            out[col.name] = self._value(col, row[col.name], f"{where}.{col.name}", raw)
+        return out
+
+    def _value(self, col: Column, value: Any, field: str, raw: bytes) -> Any:
+        if value is None:
+            return None
+        logical = col.logical
+        try:
+            if logical in (Logical.DATE, Logical.TIMESTAMP, Logical.MICRO_TIMESTAMP, Logical.ZONED_TIMESTAMP):
+                if _is_zero_date(value):
+                    return None
+                if logical == Logical.ZONED_TIMESTAMP and isinstance(value, str):
+                    parsed = parse_datetime(value)
+                    if parsed.tzinfo is None:
+                        parsed = parsed.replace(tzinfo=self._zone)
+                    return parsed.astimezone(dt.UTC)
+            elif logical == Logical.ENUM:
+                return _enum_label(value, col.param_map.get("allowed", ""))
+            elif logical == Logical.ENUM_SET:
+                return _set_labels(value, col.param_map.get("allowed", ""))
+            elif logical == Logical.GEOMETRY:
+                return _geometry(value)
+            elif logical == Logical.BITS:
+                return _bits(value, int(col.param_map.get("length", "1")))
+            elif col.type is ConnectType.BOOLEAN and isinstance(value, str) and value in ("\x00", "\x01"):
+                return value == "\x01"
+            elif col.type is ConnectType.INT64 and col.source_type and "unsigned" in col.source_type.lower():
+                number = self.coerce(col, value, field, raw)
+                return number - (1 << 64) if number >= (1 << 63) else number
+        except CoercionError as exc:
+            raise self.error(field, str(exc), raw) from exc
+        return self.coerce(col, value, field, raw)
+
+    def _ddl(
+        self,
+        doc: Mapping[str, Any],
+        kind: str,
+        database: str | None,
+        table: str | None,
+        es: int | None,
+        ts: int | None,
+        fields: dict[str, Any],
+        message: Message,
+        raw: bytes,
+    ) -> list[Event]:
+        sql = self._opt_str(doc, "sql", raw)
+        change_type = _DDL_TYPES.get(kind, "ALTER")
+        if kind in ("DDL", "QUERY") and sql:
+            m = _DDL_KIND_RE.match(sql)
+            if m:
+                change_type = "CREATE" if m.group(1).lower() == "create" else "DROP"
+        source = SourceInfo(connector=self.format_id, ts_ms=es, fields=fields)
+        events: list[Event] = [SchemaChangeEvent(database, None, table, sql, source, change_type, ts_ms=ts)]
+        if kind == "TRUNCATE":
+            db, tbl = self._names(database, table, message, raw)
+            schema = self._schema(doc, db, tbl, None, None, raw)
+            events.append(ChangeEvent(Operation.TRUNCATE, schema, None, None, source, ts_ms=ts))
+        return events
+
+
+def _enum_label(value: Any, allowed: str) -> str:
+    """Canal/DTS may write an ENUM as its 1-based index; map it back to the label."""
+    labels = allowed.split(",") if allowed else []
+    text = str(value)
+    if text in labels or not labels:
+        return text
+    if text.isdigit():
+        index = int(text)
+        if index == 0:
+            return ""
+        if index <= len(labels):
+            return labels[index - 1]
+    raise CoercionError(f"expected one of the ENUM values {allowed!r} or an index, found {value!r}")
+
+
+def _set_labels(value: Any, allowed: str) -> str:
+    """Canal/DTS may write a SET as its bitmask; map it back to the comma-joined labels."""
+    labels = allowed.split(",") if allowed else []
+    text = str(value)
+    if not labels or text == "" or all(part in labels for part in text.split(",")):
+        return text
+    if text.isdigit():
+        mask = int(text)
+        if mask >> len(labels):
+            raise CoercionError(f"SET bitmask {mask} has bits beyond the {len(labels)} values {allowed!r}")
+        return ",".join(label for i, label in enumerate(labels) if mask >> i & 1)
+    raise CoercionError(f"expected values of the SET {allowed!r} or a bitmask, found {value!r}")
+
+
+def _latin1(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if not isinstance(value, str):
+        raise CoercionError(f"expected binary data as a latin-1 string, found {value!r}")
+    try:
+        return value.encode("latin-1")
+    except UnicodeEncodeError as exc:
+        raise CoercionError(f"expected binary data as a latin-1 string, found {value[:40]!r}") from exc
+
+
+def _geometry(value: Any) -> dict[str, Any]:
+    """MySQL's internal geometry (4-byte little-endian SRID + WKB) as Debezium's Geometry struct."""
+    data = _latin1(value)
+    if len(data) < 9:
+        raise CoercionError(f"expected MySQL geometry bytes (SRID + WKB), found {len(data)} bytes")
+    return {"wkb": data[4:], "srid": int.from_bytes(data[:4], "little")}
+
+
+def _bits(value: Any, length: int) -> bytes:
+    """A BIT(n) value as Debezium's little-endian bytes; Canal writes it as a number."""
+    size = (length + 7) // 8
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and value.isdigit():
+        number = int(value)
+    else:
+        return _latin1(value)
+    if number < 0 or number.bit_length() > length:
+        raise CoercionError(f"expected a BIT({length}) value, found {value!r}")
+    return number.to_bytes(size, "little")

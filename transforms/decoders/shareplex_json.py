@@ -1,0 +1,446 @@
+"""SharePlex JSON (Quest SharePlex, as also written by Alibaba DTS): one Oracle row change per message.
+
+::
+
+    {"meta": {"time": "2017-06-16T15:38:13", "userid": 84, "op": "upd", "scn": "14589063118712",
+              "rowid": "AAATGpAAIAAItcIAAA", "trans": "7.0.411499", "seq": 2, "size": 11,
+              "table": "CL_BIZ1.MIO_LOG", "idx": "2/11", "posttime": "2017-06-16T15:40:00"},
+     "data": {"CNTR_NO": "1171201606"},
+     "key": {"MIO_LOG_ID": "32537893", "CNTR_NO": "1171201606syui26"}}
+
+Mapping:
+
+* ``ins``/``INSERT`` → ``c`` (``data`` is the row); ``del``/``DELETE`` → ``d`` (``data`` is the
+  before image); ``TRUNCATE`` → ``t`` with no images; ``DROP COLUMN`` → a schema change.
+* ``upd``/``UPDATE``: ``key`` is the before image and ``data`` holds the changed columns, so
+  ``after`` = ``key`` overlaid with ``data``. A column in neither section is ``UNAVAILABLE``.
+* ``UPDATE BEFORE`` + ``UPDATE AFTER``: the pair is one update. ``UPDATE BEFORE`` emits nothing;
+  its row is kept in the metadata store under (table, ``trans``, ``rowid``), and the following
+  ``UPDATE AFTER`` of that row emits one ``u`` with both images (``after`` = before overlaid with
+  the AFTER's ``data``). An ``UPDATE AFTER`` whose BEFORE was never seen has ``before: null``.
+* ``OWNER.TABLE`` → ``db`` = OWNER, ``schema`` = null, ``table`` = TABLE.
+* ``trans``/``seq`` → the ``transaction`` block (``total_order`` = ``data_collection_order`` =
+  ``seq``); ``scn``, ``rowid``, ``userid``, ``trans``, ``seq``, ``size``, ``idx``, ``posttime`` are
+  kept as source fields; ``time`` (commit time, UTC) → ``source.ts_ms``; ``posttime`` (when the
+  change was posted to the target) → the event's ``ts_ms``.
+* ``source.sequence`` = the commit SCN zero-padded to 20 digits, ``:``, ``seq`` zero-padded to 10
+  digits: every change of a transaction shares its commit SCN and ``seq`` orders them within it.
+
+SharePlex carries neither column types nor primary keys: values are strings unless
+``column.types`` declares a column's type, and the key is only known from ``key.columns``. With
+``track.columns`` (default) the columns seen per table are remembered in the metadata store so
+that a later partial update lists every known column, the absent ones as ``UNAVAILABLE``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from pydantic import Field, field_validator
+
+from transforms.connect import Column, ConnectType, Logical, TableSchema
+from transforms.decoders.base import Decoder, Message
+from transforms.envelope import (
+    ChangeEvent,
+    Event,
+    Operation,
+    SchemaChangeEvent,
+    SourceInfo,
+    TransactionRef,
+    epoch_ms,
+)
+from transforms.metadata import MetadataStore
+from transforms.options import FormatOptions
+from transforms.values import UNAVAILABLE, CoercionError, parse_datetime
+
+__all__ = ["ShareplexJsonDecoder", "ShareplexJsonOptions", "oracle_column"]
+
+_COLUMNS_NS = "shareplex-json.columns"
+_BEFORE_NS = "shareplex-json.update-before"
+
+_TYPE_RE = re.compile(
+    r"^\s*([a-z_][a-z0-9_]*(?:\s+(?:precision|raw))?)\s*(?:\(\s*(\d+)\s*(?:,\s*(-?\d+)\s*)?\))?\s*(.*)$",
+    re.IGNORECASE,
+)
+_CONNECT_NAMES = {
+    t.value: t for t in ConnectType if t not in (ConnectType.ARRAY, ConnectType.MAP, ConnectType.STRUCT)
+}
+_ORACLE_STRINGS = frozenset(
+    {
+        "varchar2",
+        "nvarchar2",
+        "varchar",
+        "char",
+        "nchar",
+        "clob",
+        "nclob",
+        "long",
+        "rowid",
+        "urowid",
+        "xmltype",
+    }
+)
+_ORACLE_BYTES = frozenset({"raw", "long raw", "blob"})
+
+
+def oracle_column(name: str, type_text: str) -> Column:
+    """The Debezium-style column of an Oracle type name (or a Connect type name such as ``int64``).
+
+    Raises ValueError for a type it does not know.
+
+    >>> oracle_column("ID", "NUMBER(10)").type
+    <ConnectType.INT64: 'int64'>
+    >>> oracle_column("AMT", "NUMBER(12,2)").params
+    (('connect.decimal.precision', '12'), ('scale', '2'))
+    """
+    m = _TYPE_RE.match(type_text)
+    if not m:
+        raise ValueError(f"unknown column type {type_text!r}")
+    base = " ".join(m.group(1).lower().split())
+    p = int(m.group(2)) if m.group(2) else None
+    s = int(m.group(3)) if m.group(3) else None
+    rest = m.group(4).lower()
+    st = type_text.strip()
+    if base in _CONNECT_NAMES and p is None:
+        return Column(name, _CONNECT_NAMES[base], source_type=st)
+    if base in ("number", "numeric", "decimal"):
+        if p is None:
+            return Column.decimal(name, None, None, source_type=st)
+        if not s:
+            for limit, ctype in (
+                (3, ConnectType.INT8),
+                (5, ConnectType.INT16),
+                (10, ConnectType.INT32),
+                (19, ConnectType.INT64),
+            ):
+                if p < limit:
+                    return Column(name, ctype, source_type=st)
+        return Column.decimal(name, p, s or 0, source_type=st)
+    if base in ("integer", "int", "smallint"):
+        return Column.decimal(name, 38, 0, source_type=st)
+    if base == "binary_float":
+        return Column(name, ConnectType.FLOAT32, source_type=st)
+    if base in ("binary_double", "float", "double precision", "real"):
+        return Column(name, ConnectType.FLOAT64, source_type=st)
+    if base == "date":
+        return Column(name, ConnectType.INT64, logical=Logical.TIMESTAMP, source_type=st)
+    if base == "timestamp":
+        if "time zone" in rest:
+            return Column(name, ConnectType.STRING, logical=Logical.ZONED_TIMESTAMP, source_type=st)
+        precision = 6 if p is None else p
+        logical = Logical.TIMESTAMP if precision <= 3 else Logical.MICRO_TIMESTAMP
+        return Column(name, ConnectType.INT64, logical=logical, source_type=st)
+    if base in _ORACLE_STRINGS or base.startswith("interval"):
+        return Column(name, ConnectType.STRING, source_type=st)
+    if base in _ORACLE_BYTES:
+        return Column(name, ConnectType.BYTES, source_type=st)
+    raise ValueError(f"unknown column type {type_text!r}")
+
+
+def _parse_key_columns(text: str) -> dict[str, tuple[str, ...]]:
+    """``"A,B"`` → {"*": (A, B)}; ``"OWNER.T:A,B;OWNER.U:C"`` → per table."""
+    out: dict[str, tuple[str, ...]] = {}
+    for part in text.split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        table, sep, cols = part.rpartition(":")
+        names = tuple(c.strip() for c in cols.split(",") if c.strip())
+        if not names:
+            raise ValueError(f"no columns in {part!r}")
+        out[table.strip().upper() if sep else "*"] = names
+    return out
+
+
+class ShareplexJsonOptions(FormatOptions):
+    """Options of the ``shareplex-json`` format."""
+
+    key_columns: str | None = Field(
+        None,
+        alias="key.columns",
+        description="Key columns: 'COL1,COL2' for every table, or per table 'OWNER.TABLE:COL1,COL2;OWNER.T2:C'.",
+    )
+    column_types: dict[str, dict[str, str]] | None = Field(
+        None,
+        alias="column.types",
+        description="Column types as JSON {'OWNER.TABLE' or '*': {'COL': 'NUMBER(10,2)'}} (Oracle or Connect type "
+        "names); undeclared columns are strings.",
+    )
+    track_columns: bool = Field(
+        True,
+        alias="track.columns",
+        description="Remember each table's columns in the metadata store, so partial updates list the absent "
+        "ones as unavailable.",
+    )
+    default_table: str | None = Field(
+        None,
+        alias="default.table",
+        description="'OWNER.TABLE' for messages without meta.table; else the topic name is the table.",
+    )
+
+    @field_validator("key_columns")
+    @classmethod
+    def _valid_key_columns(cls, value: str | None) -> str | None:
+        if value is not None:
+            _parse_key_columns(value)
+        return value
+
+    @field_validator("column_types", mode="before")
+    @classmethod
+    def _valid_column_types(cls, value: Any) -> Any:
+        if isinstance(value, str | bytes):
+            try:
+                value = orjson.loads(value)
+            except orjson.JSONDecodeError as exc:
+                raise ValueError(f"expected a JSON object: {exc}") from exc
+        if isinstance(value, dict):
+            for cols in value.values():
+                if isinstance(cols, dict):
+                    for col, type_text in cols.items():
+                        if isinstance(type_text, str):
+                            oracle_column(str(col), type_text)
+        return value
+
+
+_OPS = {
+    "INS": Operation.CREATE,
+    "INSERT": Operation.CREATE,
+    "UPD": Operation.UPDATE,
+    "UPDATE": Operation.UPDATE,
+    "DEL": Operation.DELETE,
+    "DELETE": Operation.DELETE,
+    "TRUNCATE": Operation.TRUNCATE,
+    "TRUNC": Operation.TRUNCATE,
+}
+_UPDATE_BEFORE = frozenset({"UPDATE BEFORE", "UPD BEFORE"})
+_UPDATE_AFTER = frozenset({"UPDATE AFTER", "UPD AFTER"})
+_DROP_COLUMN = frozenset({"DROP COLUMN", "DROP COL"})
+_KNOWN = ", ".join([*_OPS, *sorted(_UPDATE_BEFORE | _UPDATE_AFTER | _DROP_COLUMN)])
+
+
+class ShareplexJsonDecoder(Decoder):
+    """Decodes SharePlex JSON change messages (Oracle source) into canonical events."""
+
+    format_id = "shareplex-json"
+    description = "Quest SharePlex JSON (also Alibaba DTS): ins/upd/del, UPDATE BEFORE/AFTER pairs, TRUNCATE, DROP COLUMN."
+    options_model = ShareplexJsonOptions
+
+    def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
+        super().__init__(options, metadata)
+        opts = self.options
+        assert isinstance(opts, ShareplexJsonOptions)
+        self._opts = opts
+        self._keys = _parse_key_columns(opts.key_columns) if opts.key_columns else {}
+        self._declared: dict[str, tuple[Column, ...]] = {
+            table.upper(): tuple(oracle_column(name, t) for name, t in cols.items())
+            for table, cols in (opts.column_types or {}).items()
+        }
+        self._tables: dict[TableSchema, TableSchema] = {}
+
+    # -- fields ----------------------------------------------------------------------------
+
+    def _section(
+        self, doc: Mapping[str, Any], name: str, raw: bytes, required: bool
+    ) -> dict[str, Any] | None:
+        value = doc.get(name)
+        if value is None:
+            if required:
+                raise self.error(name, "expected an object of column values, found nothing", raw)
+            return None
+        if not isinstance(value, dict):
+            raise self.error(name, f"expected an object of column values, found {type(value).__name__}", raw)
+        return value
+
+    def _scalar(self, meta: Mapping[str, Any], name: str, raw: bytes) -> str | int | None:
+        value = meta.get(name)
+        if value is None or (isinstance(value, str | int) and not isinstance(value, bool)):
+            return value
+        raise self.error(f"meta.{name}", f"expected a string or integer, found {value!r}", raw)
+
+    def _int(self, meta: Mapping[str, Any], name: str, raw: bytes) -> int | None:
+        value = self._scalar(meta, name, raw)
+        if value is None or isinstance(value, int):
+            return value
+        if value.strip().isdigit():
+            return int(value)
+        raise self.error(f"meta.{name}", f"expected an integer, found {value!r}", raw)
+
+    def _time_ms(self, meta: Mapping[str, Any], name: str, raw: bytes) -> int | None:
+        value = meta.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise self.error(
+                f"meta.{name}", f"expected a time like '2017-06-16T14:24:34Z', found {value!r}", raw
+            )
+        try:
+            return epoch_ms(parse_datetime(value))
+        except CoercionError as exc:
+            raise self.error(f"meta.{name}", str(exc), raw) from exc
+
+    # -- decode ----------------------------------------------------------------------------
+
+    def decode(self, message: Message) -> list[Event]:
+        if message.value is None:
+            return []
+        raw = message.value
+        doc = self.load_json(message)
+        meta = doc.get("meta")
+        if not isinstance(meta, dict):
+            raise self.error("meta", f"expected the 'meta' object, found {type(meta).__name__}", raw)
+        op_text = meta.get("op")
+        if not isinstance(op_text, str):
+            raise self.error("meta.op", f"expected the operation as a string, found {op_text!r}", raw)
+        kind = " ".join(op_text.replace("_", " ").replace("-", " ").upper().split())
+        op = _OPS.get(kind)
+        if op is None and kind not in _UPDATE_BEFORE | _UPDATE_AFTER | _DROP_COLUMN:
+            raise self.error("meta.op", f"unknown operation {op_text!r}; expected one of {_KNOWN}", raw)
+
+        owner, table = self._names(meta, message, raw)
+        scn = self._scalar(meta, "scn", raw)
+        if isinstance(scn, str) and scn and not scn.strip().isdigit():
+            raise self.error("meta.scn", f"expected a decimal SCN, found {scn!r}", raw)
+        seq = self._int(meta, "seq", raw)
+        trans = self._scalar(meta, "trans", raw)
+        rowid = self._scalar(meta, "rowid", raw)
+        fields: dict[str, Any] = {}
+        for name in ("scn", "rowid", "userid", "trans", "seq", "size", "idx", "posttime"):
+            value = (
+                self._scalar(meta, name, raw) if name not in ("seq", "size") else self._int(meta, name, raw)
+            )
+            if value is not None:
+                fields[name] = value
+        ts_ms = self._time_ms(meta, "time", raw)
+        post_ms = self._time_ms(meta, "posttime", raw)
+        sequence = f"{int(scn):020d}:{seq:010d}" if scn not in (None, "") and seq is not None else None
+        source = SourceInfo(connector=self.format_id, ts_ms=ts_ms, sequence=sequence, fields=fields)
+        tx = TransactionRef(str(trans), seq, seq) if trans not in (None, "") else None
+        qualified = f"{owner}.{table}" if owner else table
+
+        if kind in _DROP_COLUMN:
+            return self._drop_column(doc, owner, table, qualified, source, post_ms, raw)
+
+        data = self._section(doc, "data", raw, required=op is not Operation.TRUNCATE)
+        key = self._section(doc, "key", raw, required=False)
+        before_key = f"{qualified}\x1f{trans}\x1f{rowid if rowid is not None else ''}"
+        if kind in _UPDATE_BEFORE:
+            row = {**(key or {}), **(data or {})}
+            self._image(self._schema(owner, table, qualified, list(row), track=True), row, "data", raw)
+            self.metadata.put(_BEFORE_NS, before_key, row)
+            return []
+
+        before_raw: dict[str, Any] | None
+        after_raw: dict[str, Any] | None
+        if kind in _UPDATE_AFTER:
+            op = Operation.UPDATE
+            remembered = self.metadata.get(_BEFORE_NS, before_key)
+            before_raw = remembered if isinstance(remembered, dict) else None
+            if before_raw is not None:
+                self.metadata.put(_BEFORE_NS, before_key, None)
+            after_raw = {**(before_raw or {}), **(data or {})}
+        elif op is Operation.CREATE:
+            before_raw, after_raw = None, data
+        elif op is Operation.UPDATE:
+            before_raw = key
+            after_raw = {**(key or {}), **(data or {})}
+        elif op is Operation.DELETE:
+            before_raw, after_raw = {**(key or {}), **(data or {})}, None
+        else:
+            before_raw = after_raw = None
+        assert op is not None
+
+        seen = [*(before_raw or {}), *(after_raw or {})]
+        schema = self._schema(owner, table, qualified, seen, track=op is not Operation.TRUNCATE)
+        before = self._image(schema, before_raw, "key" if op is Operation.UPDATE else "data", raw)
+        after = self._image(schema, after_raw, "data", raw)
+        return [ChangeEvent(op, schema, before, after, source, tx, ts_ms=post_ms)]
+
+    def _names(self, meta: Mapping[str, Any], message: Message, raw: bytes) -> tuple[str | None, str]:
+        name = meta.get("table")
+        if name is None:
+            name = self._opts.default_table or message.topic or None
+            if name is None:
+                raise self.error(
+                    "meta.table", "expected 'OWNER.TABLE'; set 'default.table' for messages without one", raw
+                )
+        if not isinstance(name, str) or not name.strip():
+            raise self.error("meta.table", f"expected 'OWNER.TABLE', found {name!r}", raw)
+        owner, _, table = name.strip().partition(".")
+        if not table:
+            return None, owner
+        return owner, table
+
+    def _known_columns(self, qualified: str) -> list[str]:
+        if not self._opts.track_columns:
+            return []
+        known = self.metadata.get(_COLUMNS_NS, qualified.upper())
+        return [str(c) for c in known] if isinstance(known, list) else []
+
+    def _schema(
+        self, owner: str | None, table: str, qualified: str, seen: list[str], track: bool
+    ) -> TableSchema:
+        declared = self._declared.get(qualified.upper()) or self._declared.get("*") or ()
+        known = self._known_columns(qualified)
+        names = dict.fromkeys([*(c.name for c in declared), *known, *seen])
+        if track and self._opts.track_columns:
+            tracked = dict.fromkeys([*known, *seen])
+            if len(tracked) > len(known):
+                self.metadata.put(_COLUMNS_NS, qualified.upper(), list(tracked))
+        by_name = {c.name: c for c in declared}
+        columns = tuple(by_name.get(n) or Column(n, ConnectType.STRING) for n in names)
+        key = self._keys.get(qualified.upper()) or self._keys.get("*") or ()
+        schema = TableSchema(owner, None, table, columns, key)
+        cached = self._tables.get(schema)
+        if cached is not None:
+            return cached
+        if len(self._tables) > 4096:
+            self._tables.clear()
+        self._tables[schema] = schema
+        return schema
+
+    def _image(
+        self, schema: TableSchema, row: Mapping[str, Any] | None, where: str, raw: bytes
+    ) -> dict[str, Any] | None:
+        if row is None:
+            return None
+        out: dict[str, Any] = {}
+        for col in schema.columns:
+            if col.name not in row:
+                out[col.name] = UNAVAILABLE
+                continue
+            value = row[col.name]
+            field = f"{where}.{col.name}"
+            if isinstance(value, dict | list):
+                raise self.error(field, f"expected a scalar column value, found {value!r}", raw)
+            if col.type is ConnectType.BYTES and col.logical is None and isinstance(value, str):
+                try:
+                    value = bytes.fromhex(value)
+                except ValueError as exc:
+                    raise self.error(field, f"expected hex-encoded bytes, found {value[:40]!r}", raw) from exc
+            out[col.name] = self.coerce(col, value, field, raw)
+        return out
+
+    def _drop_column(
+        self,
+        doc: Mapping[str, Any],
+        owner: str | None,
+        table: str,
+        qualified: str,
+        source: SourceInfo,
+        post_ms: int | None,
+        raw: bytes,
+    ) -> list[Event]:
+        data = self._section(doc, "data", raw, required=False) or {}
+        dropped = list(data)
+        ddl = f"ALTER TABLE {qualified} DROP ({', '.join(dropped)})" if dropped else None
+        new_table: TableSchema | None = None
+        known = self._known_columns(qualified)
+        if known:
+            remaining = [n for n in known if n not in dropped]
+            self.metadata.put(_COLUMNS_NS, qualified.upper(), remaining)
+            schema = self._schema(owner, table, qualified, [], track=False)
+            new_table = schema.with_columns([c for c in schema.columns if c.name not in dropped])
+        return [SchemaChangeEvent(owner, None, table, ddl, source, "ALTER", new_table, ts_ms=post_ms)]
