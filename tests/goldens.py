@@ -18,7 +18,7 @@ driven by reserved keys in ``<case>.options.json`` (removed before the decoder s
 * ``"__key_lines": true``: lines alternate Kafka key, then value (Paimon debezium files);
 * ``"__layout": "document"``: the whole file is one (pretty-printed) message;
 * ``"__layout": "events-of:a,b"``: the file is one JSON object whose arrays ``a``, ``b`` hold
-  the messages;
+  the messages (a member that is an object is one message);
 * ``"__topic_prefix": "p"``: the topic prefix to emit with.
 
 Regenerate expected files with ``CDCNORM_REGEN=1 pytest tests/formats`` and review the diff.
@@ -128,7 +128,8 @@ def iter_messages(case: Case, binary: bool) -> Iterator[tuple[int, bytes | None,
         doc = orjson.loads(text)
         number = 0
         for name in layout.split(":", 1)[1].split(","):
-            for item in doc[name]:
+            items = doc[name]
+            for item in [items] if isinstance(items, dict) else items:
                 number += 1
                 yield number, None, orjson.dumps(item)
         return

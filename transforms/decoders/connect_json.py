@@ -1,0 +1,728 @@
+"""Reading Kafka Connect JSON (``JsonConverter``) documents: schemas, values and Debezium envelopes.
+
+Shared by the decoders whose input is Connect JSON or close to it (``debezium-json``,
+``arcion-kafka``, ``cdl-json``), by composition: each decoder owns a
+:class:`ConnectEnvelopeReader` and calls it; nothing here knows a format id.
+
+* :func:`column_from_schema` / :func:`columns_from_struct` turn a Connect JSON schema into
+  :class:`~transforms.connect.Column` objects, keeping logical names and parameters.
+* :func:`decode_value` turns a Connect-encoded value into a Python value typed by its column:
+  Decimal bytes (base64 at the schema's scale), VariableScaleDecimal structs, base64 bytes,
+  ``io.debezium.time.*`` epoch numbers, ZonedTimestamp strings.
+* :func:`position_sequence` builds a sortable ``source.sequence`` from a Debezium source block.
+* :class:`ConnectEnvelopeReader` turns one Debezium envelope (``before``/``after``/``source``/
+  ``op``/``ts_ms``/``transaction``) into a :class:`~transforms.envelope.ChangeEvent`.
+
+Every failure is a :class:`FieldError` naming the offending field; decoders turn it into a
+:class:`~transforms.errors.DecodeError` carrying the payload preview.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import datetime as dt
+import math
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import orjson
+
+from transforms.connect import Column, ConnectType, Logical, TableSchema
+from transforms.envelope import ChangeEvent, Operation, SnapshotMarker, SourceInfo, TransactionRef
+from transforms.values import UNAVAILABLE, CoercionError, coerce, decimal_from_unscaled, infer_column
+
+__all__ = [
+    "ConnectEnvelopeReader",
+    "EnvelopeKey",
+    "FieldError",
+    "TableName",
+    "column_from_schema",
+    "columns_from_struct",
+    "decode_row",
+    "decode_value",
+    "from_extended_json",
+    "infer_columns",
+    "parse_json_key",
+    "position_sequence",
+    "snapshot_marker",
+    "struct_field_schemas",
+]
+
+
+class FieldError(ValueError):
+    """A Connect JSON document does not have the expected shape at ``field``."""
+
+    def __init__(self, field: str | None, reason: str) -> None:
+        self.field = field
+        self.reason = reason
+        super().__init__(f"{field}: {reason}" if field else reason)
+
+
+# ---------------------------------------------------------------------------- schemas
+
+_TYPES: dict[str, ConnectType] = {
+    "int8": ConnectType.INT8,
+    "int16": ConnectType.INT16,
+    "int32": ConnectType.INT32,
+    "int64": ConnectType.INT64,
+    "float": ConnectType.FLOAT32,
+    "float32": ConnectType.FLOAT32,
+    "double": ConnectType.FLOAT64,
+    "float64": ConnectType.FLOAT64,
+    "boolean": ConnectType.BOOLEAN,
+    "string": ConnectType.STRING,
+    "bytes": ConnectType.BYTES,
+    "array": ConnectType.ARRAY,
+    "map": ConnectType.MAP,
+    "struct": ConnectType.STRUCT,
+}
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def column_from_schema(schema: Any, name: str, where: str = "schema") -> Column:
+    """The column described by one Connect JSON field schema.
+
+    Logical names and parameters are kept. A ``map`` becomes an ``io.debezium.data.Json`` string
+    (our Column model has no map key/value schemas).
+
+    >>> column_from_schema({"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal",
+    ...     "parameters": {"scale": "2"}, "optional": True}, "p").scale
+    2
+    """
+    if not isinstance(schema, dict):
+        raise FieldError(where, f"expected a Connect schema object, found {_kind(schema)}")
+    type_name = schema.get("type")
+    ctype = _TYPES.get(type_name) if isinstance(type_name, str) else None
+    if ctype is None:
+        raise FieldError(where, f"unknown Connect type {type_name!r}")
+    optional = bool(schema.get("optional", False))
+    logical = schema.get("name")
+    if logical is not None and not isinstance(logical, str):
+        raise FieldError(where, f"expected a string schema name, found {_kind(logical)}")
+    raw_params = schema.get("parameters") or {}
+    if not isinstance(raw_params, dict):
+        raise FieldError(where, f"expected an object of parameters, found {_kind(raw_params)}")
+    params = tuple(sorted((str(k), str(v)) for k, v in raw_params.items()))
+    if ctype is ConnectType.MAP:
+        return Column(name, ConnectType.STRING, optional, Logical.JSON)
+    if ctype is ConnectType.STRUCT:
+        fields = columns_from_struct(schema, where)
+        return Column(name, ctype, optional, logical, params, fields=fields)
+    if ctype is ConnectType.ARRAY:
+        items = schema.get("items")
+        item = column_from_schema(items, "", f"{where}.items") if items is not None else None
+        return Column(name, ctype, optional, logical, params, items=item)
+    if logical == Logical.DECIMAL and "scale" not in raw_params:
+        raise FieldError(where, "a Decimal schema needs a 'scale' parameter")
+    return Column(name, ctype, optional, logical, params)
+
+
+def struct_field_schemas(schema: Any, where: str = "schema") -> dict[str, dict[str, Any]]:
+    """The field schemas of a Connect struct schema, by field name."""
+    if not isinstance(schema, dict):
+        raise FieldError(where, f"expected a Connect schema object, found {_kind(schema)}")
+    fields = schema.get("fields", [])
+    if not isinstance(fields, list):
+        raise FieldError(f"{where}.fields", f"expected an array, found {_kind(fields)}")
+    out: dict[str, dict[str, Any]] = {}
+    for i, f in enumerate(fields):
+        if not isinstance(f, dict) or not isinstance(f.get("field"), str):
+            raise FieldError(f"{where}.fields[{i}]", "expected an object with a string 'field'")
+        out[f["field"]] = f
+    return out
+
+
+def columns_from_struct(schema: Any, where: str = "schema") -> tuple[Column, ...]:
+    """The columns of a Connect struct schema, in declaration order."""
+    return tuple(
+        column_from_schema(f, name, f"{where}.{name}")
+        for name, f in struct_field_schemas(schema, where).items()
+    )
+
+
+def infer_columns(*images: Mapping[str, Any] | None) -> tuple[Column, ...]:
+    """Columns for schemaless rows: the union of the images' fields, typed by the first non-null value.
+
+    Numbers become int64/float64 (float64 if any image has a fraction), strings string, objects
+    ``io.debezium.data.Json``, booleans boolean.
+
+    >>> [c.type.value for c in infer_columns({"a": 1, "b": None}, {"a": 1.5, "b": "x"})]
+    ['float64', 'string']
+    """
+    values: dict[str, Any] = {}
+    floats: set[str] = set()
+    for image in images:
+        if not image:
+            continue
+        for name, value in image.items():
+            if isinstance(value, float):
+                floats.add(name)
+            if values.get(name) is None:
+                values[name] = value
+    cols = []
+    for name, value in values.items():
+        col = infer_column(name, value)
+        if name in floats and col.type is ConnectType.INT64:
+            col = Column(name, ConnectType.FLOAT64)
+        cols.append(col)
+    return tuple(cols)
+
+
+# ---------------------------------------------------------------------------- values
+
+
+def _b64(text: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise CoercionError(f"expected base64, found {text[:40]!r}") from exc
+
+
+def _decimal(col: Column, raw: Any) -> Decimal:
+    if isinstance(raw, Decimal):
+        if raw.is_finite():
+            return raw
+        raise CoercionError(f"expected a finite decimal, found {raw!r}")
+    if isinstance(raw, str):
+        try:
+            return decimal_from_unscaled(_b64(raw), col.scale or 0)
+        except CoercionError:
+            pass
+        try:
+            value = Decimal(raw.strip())
+        except InvalidOperation:
+            value = Decimal("nan")
+        if value.is_finite():
+            return value
+        raise CoercionError(f"expected a base64 Connect Decimal, found {raw[:40]!r}")
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        if isinstance(raw, float) and not math.isfinite(raw):
+            raise CoercionError(f"expected a finite decimal, found {raw!r}")
+        return Decimal(raw) if isinstance(raw, int) else Decimal(repr(raw))
+    raise CoercionError(f"expected a Connect Decimal, found {raw!r}")
+
+
+def _variable_decimal(raw: Any) -> Decimal:
+    if isinstance(raw, dict):
+        scale, value = raw.get("scale"), raw.get("value")
+        if isinstance(scale, int) and not isinstance(scale, bool) and isinstance(value, str):
+            return decimal_from_unscaled(_b64(value), scale)
+        raise CoercionError(f"expected a VariableScaleDecimal {{scale, value}}, found {raw!r}")
+    return _decimal(Column("", ConnectType.BYTES, logical=Logical.DECIMAL), raw)
+
+
+def decode_value(col: Column, raw: Any) -> Any:
+    """A Connect JSON value as the Python value typed by ``col`` (raises CoercionError).
+
+    >>> decode_value(Column.decimal("p", 8, 4), "EtaH")
+    Decimal('123.4567')
+    >>> decode_value(Column("b", ConnectType.BYTES), "EA==")
+    b'\\x10'
+    """
+    if raw is None:
+        return None
+    if col.logical == Logical.DECIMAL:
+        return _decimal(col, raw)
+    if col.logical == Logical.VARIABLE_SCALE_DECIMAL:
+        return _variable_decimal(raw)
+    if col.type is ConnectType.STRUCT and col.fields:
+        if not isinstance(raw, dict):
+            raise CoercionError(f"expected an object, found {raw!r}")
+        by_name = {f.name: f for f in col.fields}
+        return {k: decode_value(by_name[k], v) if k in by_name else v for k, v in raw.items()}
+    if col.type is ConnectType.ARRAY and col.items is not None:
+        if not isinstance(raw, list):
+            raise CoercionError(f"expected an array, found {raw!r}")
+        items = col.items
+        return [decode_value(items, v) for v in raw]
+    if col.type is ConnectType.BYTES and isinstance(raw, str):
+        return _b64(raw)
+    return coerce(col, raw)
+
+
+def decode_row(columns: tuple[Column, ...], row: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """A row image typed by ``columns``; a declared column absent from ``row`` is UNAVAILABLE.
+
+    A field of ``row`` that ``columns`` does not declare is an error.
+    """
+    known = {c.name for c in columns}
+    for name in row:
+        if name not in known:
+            raise FieldError(f"{where}.{name}", "field is not declared in the schema")
+    out: dict[str, Any] = {}
+    for col in columns:
+        if col.name not in row:
+            out[col.name] = UNAVAILABLE
+            continue
+        raw = row[col.name]
+        try:
+            out[col.name] = decode_value(col, raw)
+        except CoercionError as exc:
+            raise FieldError(f"{where}.{col.name}", f"{exc} (column type {_type_label(col)})") from exc
+    return out
+
+
+def _type_label(col: Column) -> str:
+    return f"{col.type.value}/{col.logical}" if col.logical else col.type.value
+
+
+# ---------------------------------------------------------------------------- MongoDB
+
+
+def _ext_date(value: Any) -> dt.datetime | str:
+    if isinstance(value, dict) and "$numberLong" in value:
+        value = value["$numberLong"]
+    if isinstance(value, str) and value.lstrip("-").isdigit():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=value)
+    if isinstance(value, str):
+        return value
+    raise CoercionError(f"expected a $date, found {value!r}")
+
+
+def _relaxed(value: Any) -> Any:
+    if isinstance(value, dict):
+        scalar = from_extended_json(value)
+        if not isinstance(scalar, dict):
+            if isinstance(scalar, dt.datetime):
+                return scalar.isoformat().replace("+00:00", "Z")
+            if isinstance(scalar, bytes):
+                return base64.b64encode(scalar).decode("ascii")
+            if isinstance(scalar, Decimal):
+                return str(scalar)
+            return scalar
+        return {k: _relaxed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_relaxed(v) for v in value]
+    return value
+
+
+def from_extended_json(value: Any) -> Any:
+    """A MongoDB Extended JSON value as a plain typed value, where one fits.
+
+    ``$oid`` → str, ``$numberLong``/``$numberInt`` → int, ``$numberDouble`` → float (non-finite
+    stays a string), ``$numberDecimal`` → Decimal, ``$date`` → UTC datetime, ``$binary`` → bytes.
+    Other documents and arrays are returned with their members converted (relaxed JSON).
+
+    >>> from_extended_json({"$numberLong": "17"})
+    17
+    """
+    if isinstance(value, dict) and len(value) in (1, 2):
+        keys = set(value)
+        try:
+            if keys == {"$oid"} and isinstance(value["$oid"], str):
+                return value["$oid"]
+            if keys <= {"$numberLong", "$numberInt"}:
+                return int(next(iter(value.values())))
+            if keys == {"$numberDouble"}:
+                number = float(value["$numberDouble"])
+                return number if math.isfinite(number) else str(value["$numberDouble"])
+            if keys == {"$numberDecimal"}:
+                dec = Decimal(str(value["$numberDecimal"]))
+                return dec if dec.is_finite() else str(value["$numberDecimal"])
+            if keys == {"$date"}:
+                return _ext_date(value["$date"])
+            if "$binary" in keys:
+                data = value["$binary"]
+                text = data.get("base64") if isinstance(data, dict) else data
+                if isinstance(text, str):
+                    return _b64(text)
+        except (ValueError, TypeError, InvalidOperation, CoercionError):
+            return {k: _relaxed(v) for k, v in value.items()}
+    if isinstance(value, dict | list):
+        return _relaxed(value)
+    return value
+
+
+# ---------------------------------------------------------------------------- source block
+
+_FILE_SUFFIX = re.compile(r"^(.*?)(\d+)$")
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def position_sequence(fields: Mapping[str, Any], ts_ms: int | None = None) -> str | None:
+    """A string that sorts in source order, from a Debezium-style source block's position fields.
+
+    MySQL binlog ``file``/``pos``/``row``; Postgres ``lsn``; Oracle ``scn``; SQL Server
+    ``change_lsn``/``event_serial_no``; MongoDB ``ord`` within the second of ``ts_ms``;
+    else the source's own ``sequence`` string. ``None`` when there is no position.
+
+    >>> position_sequence({"file": "mysql-bin.000003", "pos": 154, "row": 0})
+    'mysql-bin.0000000003:00000000000000000154:00000'
+    >>> position_sequence({"lsn": 34078720})
+    '00000000000034078720'
+    """
+    file, pos = fields.get("file"), _int(fields.get("pos"))
+    if isinstance(file, str) and file and pos is not None:
+        m = _FILE_SUFFIX.match(file)
+        name = f"{m.group(1)}{int(m.group(2)):010d}" if m else file
+        row = _int(fields.get("row")) or 0
+        return f"{name}:{pos:020d}:{row:05d}"
+    lsn = _int(fields.get("lsn"))
+    if lsn is not None:
+        return f"{lsn:020d}"
+    scn = _int(fields.get("scn"))
+    if scn is not None:
+        return f"{scn:020d}"
+    change_lsn = fields.get("change_lsn")
+    if isinstance(change_lsn, str) and change_lsn:
+        serial = _int(fields.get("event_serial_no")) or 0
+        return f"{change_lsn}:{serial:010d}"
+    order = _int(fields.get("ord"))
+    if order is not None and ts_ms is not None:
+        return f"{ts_ms // 1000:012d}:{order:010d}"
+    sequence = fields.get("sequence")
+    if isinstance(sequence, str) and sequence:
+        return sequence
+    return None
+
+
+_SNAPSHOT = {
+    "true": SnapshotMarker.TRUE,
+    "first": SnapshotMarker.TRUE,
+    "first_in_data_collection": SnapshotMarker.TRUE,
+    "last_in_data_collection": SnapshotMarker.TRUE,
+    "incremental": SnapshotMarker.TRUE,
+    "last": SnapshotMarker.LAST,
+    "false": SnapshotMarker.FALSE,
+}
+
+
+def snapshot_marker(value: Any) -> SnapshotMarker:
+    """``source.snapshot`` as a marker; Debezium 0.x booleans and later phase names are accepted."""
+    if value is None or value is False:
+        return SnapshotMarker.FALSE
+    if value is True:
+        return SnapshotMarker.TRUE
+    if isinstance(value, str) and value.lower() in _SNAPSHOT:
+        return _SNAPSHOT[value.lower()]
+    raise FieldError("source.snapshot", f"expected true, last or false, found {value!r}")
+
+
+_RENAMED = {"version": "source_version", "connector": "source_connector", "name": "source_name"}
+_NAME_FIELDS = frozenset({"db", "schema", "table", "collection", "ts_ms", "snapshot", "sequence"})
+
+
+# ---------------------------------------------------------------------------- envelopes
+
+
+@dataclass(frozen=True, slots=True)
+class TableName:
+    """Where a change comes from when the envelope's source block does not say."""
+
+    db: str | None
+    schema: str | None
+    table: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EnvelopeKey:
+    """The key of a change: column names, their Connect columns, and the values when known."""
+
+    columns: tuple[Column, ...]
+    values: Mapping[str, Any] | None = None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+
+def parse_json_key(raw: bytes | None, mongodb_hint: bool = False) -> EnvelopeKey | None:
+    """The Kafka key of a Debezium-style record: ``{"schema", "payload"}`` or a bare object.
+
+    ``None`` for no key, a ``null`` key, or a key that is not an object of columns.
+    A MongoDB key ``{"id": "<extended JSON>"}`` names the ``_id`` column.
+    """
+    if raw is None or not raw.strip():
+        return None
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise FieldError("key", f"invalid JSON key: {exc}") from exc
+    schema: Any = None
+    if isinstance(doc, dict) and "payload" in doc and set(doc) <= {"schema", "payload"}:
+        schema, doc = doc.get("schema"), doc.get("payload")
+    if not isinstance(doc, dict) or not doc:
+        return None
+    declared = (
+        {c.name: c for c in columns_from_struct(schema, "key.schema")}
+        if isinstance(schema, dict) and schema.get("type") == "struct"
+        else {}
+    )
+    if mongodb_hint and set(doc) == {"id"} and isinstance(doc["id"], str):
+        try:
+            value = from_extended_json(orjson.loads(doc["id"]))
+        except orjson.JSONDecodeError:
+            value = doc["id"]
+        return EnvelopeKey((infer_column("_id", value).as_optional(False),), {"_id": value})
+    values: dict[str, Any] = {}
+    columns = []
+    for name, raw_value in doc.items():
+        col = declared.get(name) or infer_column(name, raw_value)
+        try:
+            values[name] = decode_value(col, raw_value)
+        except CoercionError as exc:
+            raise FieldError(f"key.{name}", str(exc)) from exc
+        columns.append(col.as_optional(False))
+    return EnvelopeKey(tuple(columns), values)
+
+
+_OPS = {op.value: op for op in Operation}
+
+
+class ConnectEnvelopeReader:
+    """Turns one Debezium-style envelope payload (plus optional Connect schema) into a ChangeEvent.
+
+    Row columns come from the envelope schema's ``before``/``after`` structs when there is one,
+    else they are inferred from the values. ``{}`` images are read as ``null`` (Arcion writes
+    ``before: {}`` for inserts). The original ``source`` block is kept in ``SourceInfo.fields``
+    (its own ``version``/``connector``/``name`` as ``source_version``/``source_connector``/
+    ``source_name``); source fields declared in the schema are coerced to their declared types.
+    Equal table schemas are reused (a small LRU). ``column_map`` rewrites declared columns
+    (a format's own logical names into Debezium's).
+    """
+
+    def __init__(
+        self,
+        connector: str,
+        cache_size: int = 1024,
+        column_map: Callable[[Column], Column] | None = None,
+    ) -> None:
+        self.connector = connector
+        self._column_map = column_map
+        self._tables: OrderedDict[TableSchema, TableSchema] = OrderedDict()
+        self._schemas: OrderedDict[bytes, tuple[Column, ...]] = OrderedDict()
+        self._cache_size = cache_size
+
+    # -- caches ------------------------------------------------------------------------
+
+    def table(self, table: TableSchema) -> TableSchema:
+        """The cached TableSchema equal to ``table`` (so the emitter's caches hit)."""
+        cached = self._tables.get(table)
+        if cached is not None:
+            self._tables.move_to_end(table)
+            return cached
+        self._tables[table] = table
+        if len(self._tables) > self._cache_size:
+            self._tables.popitem(last=False)
+        return table
+
+    def struct_columns(self, schema: Any, where: str) -> tuple[Column, ...]:
+        """``columns_from_struct`` with a cache keyed by the schema's JSON text."""
+        key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS) + where.encode()
+        cols = self._schemas.get(key)
+        if cols is None:
+            cols = columns_from_struct(schema, where)
+            if self._column_map is not None:
+                cols = tuple(self._column_map(c) for c in cols)
+            self._schemas[key] = cols
+            if len(self._schemas) > self._cache_size:
+                self._schemas.popitem(last=False)
+        return cols
+
+    # -- pieces --------------------------------------------------------------------------
+
+    @staticmethod
+    def operation(raw: Any, field: str = "op") -> Operation | None:
+        """The op code; ``None`` for Debezium's ``m`` (logical decoding message)."""
+        if raw == "m":
+            return None
+        op = _OPS.get(raw) if isinstance(raw, str) else None
+        if op is None:
+            raise FieldError(field, f"expected one of c, u, d, r, t, m, found {raw!r}")
+        return op
+
+    @staticmethod
+    def image(raw: Any, field: str) -> dict[str, Any] | None:
+        """A row image; a MongoDB JSON document string is parsed; ``{}`` reads as ``null``."""
+        if raw is None:
+            return None
+        if isinstance(raw, str):
+            try:
+                doc = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                raise FieldError(field, f"expected an object or a JSON document string: {exc}") from exc
+            if not isinstance(doc, dict):
+                raise FieldError(field, f"expected a JSON object document, found {_kind(doc)}")
+            return {k: from_extended_json(v) for k, v in doc.items()}
+        if not isinstance(raw, dict):
+            raise FieldError(field, f"expected an object or null, found {_kind(raw)}")
+        return raw or None
+
+    def source_info(
+        self,
+        source: Mapping[str, Any],
+        source_schema: Any,
+        extra: Mapping[str, Any] | None = None,
+    ) -> SourceInfo:
+        """SourceInfo from a Debezium source block (names excluded; see :meth:`table_name`)."""
+        declared: dict[str, Column] = {}
+        if isinstance(source_schema, dict):
+            try:
+                declared = {c.name: c for c in self.struct_columns(source_schema, "schema.source")}
+            except FieldError:
+                declared = {}
+        fields: dict[str, Any] = {}
+        for name, value in source.items():
+            if name in _NAME_FIELDS:
+                continue
+            col = declared.get(name)
+            if col is not None and value is not None and col.type is not ConnectType.STRUCT:
+                with contextlib.suppress(CoercionError):
+                    value = coerce(col, value)
+            fields[_RENAMED.get(name, name)] = value
+        if extra:
+            fields.update(extra)
+        ts_raw = source.get("ts_ms")
+        ts_ms = _int(ts_raw)
+        if ts_raw is not None and ts_ms is None:
+            raise FieldError("source.ts_ms", f"expected epoch milliseconds, found {ts_raw!r}")
+        original_sequence = source.get("sequence")
+        sequence = position_sequence({**fields, "sequence": original_sequence}, ts_ms)
+        if original_sequence is not None and original_sequence != sequence:
+            fields["source_sequence"] = original_sequence
+        return SourceInfo(
+            connector=self.connector,
+            ts_ms=ts_ms,
+            snapshot=snapshot_marker(source.get("snapshot")),
+            sequence=sequence,
+            fields=fields,
+        )
+
+    @staticmethod
+    def table_name(source: Mapping[str, Any], fallback: TableName) -> TableName:
+        """db/schema/table from the source block (``collection`` for MongoDB), else the fallback."""
+
+        def text(name: str) -> str | None:
+            value = source.get(name)
+            if value is None:
+                return None
+            if not isinstance(value, str):
+                raise FieldError(f"source.{name}", f"expected a string, found {_kind(value)}")
+            return value
+
+        table = text("table") or text("collection")
+        if table is None:
+            if fallback.table is None:
+                raise FieldError("source.table", "no table name in the source block and none configured")
+            return fallback
+        return TableName(text("db"), text("schema"), table)
+
+    @staticmethod
+    def transaction(raw: Any) -> TransactionRef | None:
+        """The ``transaction`` block, or ``None``."""
+        if raw is None:
+            return None
+        if not isinstance(raw, dict) or raw.get("id") is None:
+            raise FieldError("transaction", f"expected an object with an id, found {raw!r}")
+        total, order = raw.get("total_order"), raw.get("data_collection_order")
+        return TransactionRef(str(raw["id"]), _int(total), _int(order))
+
+    def row_columns(
+        self,
+        schema: Any,
+        before: Mapping[str, Any] | None,
+        after: Mapping[str, Any] | None,
+    ) -> tuple[tuple[Column, ...], bool]:
+        """The row columns from an envelope schema's ``after``/``before`` struct, else inferred.
+
+        The flag says whether the columns were declared (True) or inferred (False).
+        """
+        if isinstance(schema, dict):
+            fields = struct_field_schemas(schema)
+            for name in ("after", "before"):
+                sub = fields.get(name)
+                if isinstance(sub, dict) and sub.get("type") == "struct":
+                    return self.struct_columns(sub, f"schema.{name}"), True
+        return infer_columns(after, before), False
+
+    # -- the envelope --------------------------------------------------------------------
+
+    def read(
+        self,
+        payload: Mapping[str, Any],
+        schema: Any,
+        *,
+        key: EnvelopeKey | None,
+        fallback: TableName,
+        extra_source: Mapping[str, Any] | None = None,
+        absent_columns: frozenset[str] = frozenset(),
+    ) -> ChangeEvent | None:
+        """The change in one envelope payload; ``None`` for a Debezium ``m`` message.
+
+        ``key`` names the key columns (and their values, used to fill a delete whose ``before``
+        is missing). ``absent_columns`` are columns that must read UNAVAILABLE when missing
+        from an image even if the schema does not declare them (CDL ``LOB_COLUMNS``).
+        """
+        op = self.operation(payload.get("op"))
+        if op is None:
+            return None
+        before = self.image(payload.get("before"), "before")
+        after = self.image(payload.get("after"), "after")
+        source = payload.get("source")
+        if source is None:
+            source = {}
+        if not isinstance(source, dict):
+            raise FieldError("source", f"expected an object, found {_kind(source)}")
+        columns, declared = self.row_columns(schema, before, after)
+        if key is not None and key.columns:
+            have = {c.name for c in columns}
+            missing = tuple(c for c in key.columns if c.name not in have)
+            if missing and not declared:
+                columns = columns + missing
+            elif missing:
+                raise FieldError("key", f"key columns {[c.name for c in missing]} are not row columns")
+        if absent_columns:
+            have = {c.name for c in columns}
+            columns = columns + tuple(Column(n, ConnectType.STRING) for n in sorted(absent_columns - have))
+        before_row = decode_row(columns, before, "before") if before is not None else None
+        after_row = decode_row(columns, after, "after") if after is not None else None
+        if op is Operation.DELETE:
+            after_row = None
+            if before_row is None and key is not None and key.values is not None:
+                before_row = {c.name: key.values.get(c.name, UNAVAILABLE) for c in columns}
+        elif op in (Operation.CREATE, Operation.READ):
+            before_row = None
+            if after_row is None:
+                raise FieldError("after", f"op {op.value!r} needs an 'after' image")
+        elif op is Operation.UPDATE and after_row is None:
+            raise FieldError("after", "op 'u' needs an 'after' image")
+        name = self.table_name(source, fallback)
+        extras = dict(extra_source or {})
+        source_schema = None
+        if isinstance(schema, dict):
+            source_schema = struct_field_schemas(schema).get("source")
+        info = self.source_info(source, source_schema, extras)
+        ts_raw = payload.get("ts_ms")
+        ts_ms = _int(ts_raw)
+        if ts_raw is not None and ts_ms is None:
+            raise FieldError("ts_ms", f"expected epoch milliseconds, found {ts_raw!r}")
+        table = self.table(
+            TableSchema(name.db, name.schema, name.table or "", columns, key.names if key is not None else ())
+        )
+        return ChangeEvent(
+            op=op,
+            table=table,
+            before=before_row,
+            after=after_row,
+            source=info,
+            transaction=self.transaction(payload.get("transaction")),
+            ts_ms=ts_ms,
+        )
