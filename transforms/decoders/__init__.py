@@ -27,6 +27,7 @@ DECODERS: dict[str, str] = {
     "maxwell-json": "transforms.decoders.maxwell_json:MaxwellJsonDecoder",
     "ogg-json": "transforms.decoders.ogg_json:OggJsonDecoder",
     "aws-dms-json": "transforms.decoders.aws_dms_json:AwsDmsJsonDecoder",
+    "aliyun-json": "transforms.decoders.aliyun_json:AliyunJsonDecoder",
     "auto": "transforms.decoders.auto:AutoDecoder",
 }
 """Format id → ``module:Class``. Modules are imported on first use."""

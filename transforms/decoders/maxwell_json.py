@@ -1,0 +1,288 @@
+"""Maxwell's daemon JSON (``maxwell-json``): one MySQL row change or DDL statement per message.
+
+A row message names ``database``/``table``, a ``type`` (``insert``, ``update``, ``delete``,
+``bootstrap-insert``) and the full row in ``data``; an update also carries ``old``, the previous
+values of the changed columns only, so the before-image is ``data`` overlaid with ``old``.
+``ts`` is the commit time in seconds, ``xid``/``xoffset``/``commit`` place the row in its
+transaction and ``position`` (``binlog-file:offset``) in the binlog. Key columns come from
+``primary_key_columns`` or, failing that, from Maxwell's Kafka key (``{"pk.id": 1, ...}`` or
+``["db", "table", [{"id": 1}]]``). DDL messages (``table-create``, ``table-alter``,
+``database-drop`` ...) become schema-change events; their ``ts`` is in milliseconds.
+Values are typed JSON values; Connect types are inferred from them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from transforms.connect import Column, ConnectType, Logical, TableSchema
+from transforms.decoders.base import Decoder, Message
+from transforms.decoders.schemaless_json import (
+    infer_columns,
+    optional_int,
+    optional_str,
+    required_str,
+    string_list,
+    table_schema,
+    typed_image,
+)
+from transforms.envelope import (
+    ChangeEvent,
+    Event,
+    Operation,
+    SchemaChangeEvent,
+    SnapshotMarker,
+    SourceInfo,
+    TransactionRef,
+)
+
+__all__ = ["MaxwellJsonDecoder"]
+
+_ROW_OPS = {
+    "insert": Operation.CREATE,
+    "update": Operation.UPDATE,
+    "delete": Operation.DELETE,
+    "bootstrap-insert": Operation.READ,
+}
+_DDL_CHANGE = {
+    "database-create": "CREATE",
+    "database-alter": "ALTER",
+    "database-drop": "DROP",
+    "table-create": "CREATE",
+    "table-alter": "ALTER",
+    "table-drop": "DROP",
+}
+_MARKERS = frozenset({"bootstrap-start", "bootstrap-complete", "heartbeat"})
+_POSITION_RE = re.compile(r"^(?P<file>[^:]+):(?P<pos>\d+)$")
+_FILE_INDEX_RE = re.compile(r"^(?P<base>.*?)(?P<index>\d+)$")
+
+_INT_TYPES = {"tinyint": ConnectType.INT16, "smallint": ConnectType.INT16, "mediumint": ConnectType.INT32}
+_TEXT_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "string"})
+_BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
+
+
+class MaxwellJsonDecoder(Decoder):
+    """Decodes Maxwell's daemon JSON row and DDL messages."""
+
+    format_id = "maxwell-json"
+    description = "Maxwell's daemon JSON (rows with data/old, DDL with def)"
+
+    def decode(self, message: Message) -> list[Event]:
+        if message.value is None:
+            return []
+        doc = self.load_json(message)
+        payload = message.value
+        kind = required_str(self, doc, "type", payload)
+        if kind in _ROW_OPS:
+            return [self._row(doc, _ROW_OPS[kind], message, payload)]
+        if kind in _DDL_CHANGE:
+            return [self._ddl(doc, _DDL_CHANGE[kind], payload)]
+        if kind in _MARKERS:
+            return []
+        raise self.error(
+            "type", f"unknown type {kind!r}; expected one of {', '.join([*_ROW_OPS, *_DDL_CHANGE])}", payload
+        )
+
+    # -- rows ----------------------------------------------------------------------
+
+    def _row(self, doc: dict[str, Any], op: Operation, message: Message, payload: bytes) -> ChangeEvent:
+        database = optional_str(self, doc, "database", payload, required=True)
+        table = required_str(self, doc, "table", payload)
+        data = doc.get("data")
+        if not isinstance(data, dict):
+            raise self.error("data", f"expected an object with the row, found {_kind(data)}", payload)
+        old = doc.get("old")
+        if old is not None and not isinstance(old, dict):
+            raise self.error("old", f"expected an object of previous values, found {_kind(old)}", payload)
+
+        before: dict[str, Any] | None = None
+        after: dict[str, Any] | None = data
+        if op is Operation.UPDATE:
+            before = {**data, **(old or {})}
+        elif op is Operation.DELETE:
+            before, after = data, None
+
+        columns = infer_columns([after, before])
+        key = self._key_columns(doc, message, data, payload)
+        schema = table_schema(database, None, table, columns, key)
+        ts = optional_int(self, doc, "ts", payload)
+        return ChangeEvent(
+            op=op,
+            table=schema,
+            before=typed_image(self, columns, before, "old" if op is Operation.UPDATE else "data", payload),
+            after=typed_image(self, columns, after, "data", payload),
+            source=self._source(doc, ts * 1000 if ts is not None else None, op is Operation.READ, payload),
+            transaction=self._transaction(doc, payload),
+        )
+
+    def _key_columns(
+        self, doc: dict[str, Any], message: Message, data: dict[str, Any], payload: bytes
+    ) -> tuple[str, ...]:
+        names = string_list(self, doc, "primary_key_columns", payload)
+        if names is None:
+            return _key_from_kafka_key(message.key, data)
+        missing = [n for n in names if n not in data]
+        if missing:
+            raise self.error("primary_key_columns", f"key column(s) {missing} not in data", payload)
+        return names
+
+    def _transaction(self, doc: dict[str, Any], payload: bytes) -> TransactionRef | None:
+        raw = doc.get("xid")
+        if raw is None:
+            return None
+        if isinstance(raw, bool) or not isinstance(raw, int | str):
+            raise self.error("xid", f"expected a transaction id, found {raw!r}", payload)
+        xoffset = optional_int(self, doc, "xoffset", payload)
+        # xoffset counts rows within the transaction from 0; Maxwell leaves it off the commit row
+        return TransactionRef(str(raw), xoffset + 1 if xoffset is not None else None)
+
+    def _source(self, doc: dict[str, Any], ts_ms: int | None, snapshot: bool, payload: bytes) -> SourceInfo:
+        fields: dict[str, Any] = {}
+        sequence: str | None = None
+        position = optional_str(self, doc, "position", payload)
+        if position is not None:
+            match = _POSITION_RE.match(position)
+            if match is None:
+                raise self.error("position", f"expected 'binlog-file:offset', found {position!r}", payload)
+            file, pos = match["file"], int(match["pos"])
+            fields["file"], fields["pos"] = file, pos
+            index = _FILE_INDEX_RE.match(file)
+            sequence = f"{int(index['index']):010d}:{pos:020d}" if index else f"{file}:{pos:020d}"
+        for name in ("xid", "xoffset", "server_id", "thread_id"):
+            value = optional_int(self, doc, name, payload)
+            if value is not None:
+                fields[name] = value
+        commit = doc.get("commit")
+        if commit is not None:
+            if not isinstance(commit, bool):
+                raise self.error("commit", f"expected true or false, found {commit!r}", payload)
+            fields["commit"] = commit
+        for name in ("gtid", "query"):
+            text = optional_str(self, doc, name, payload)
+            if text is not None:
+                fields[name] = text
+        return SourceInfo(
+            connector=self.format_id,
+            ts_ms=ts_ms,
+            snapshot=SnapshotMarker.TRUE if snapshot else SnapshotMarker.FALSE,
+            sequence=sequence,
+            fields=fields,
+        )
+
+    # -- DDL -----------------------------------------------------------------------
+
+    def _ddl(self, doc: dict[str, Any], change_type: str, payload: bytes) -> SchemaChangeEvent:
+        database = optional_str(self, doc, "database", payload, required=True)
+        is_table = "table" in str(doc.get("type"))
+        table = optional_str(self, doc, "table", payload, required=is_table)
+        sql = optional_str(self, doc, "sql", payload)
+        definition = doc.get("def")
+        new_table: TableSchema | None = None
+        if definition is not None:
+            if not isinstance(definition, dict):
+                raise self.error(
+                    "def", f"expected a table definition object, found {_kind(definition)}", payload
+                )
+            if is_table:
+                new_table = self._table_def(definition, database, table, payload)
+        ts_ms = optional_int(self, doc, "ts", payload)
+        return SchemaChangeEvent(
+            db=database,
+            schema=None,
+            table=table,
+            ddl=sql,
+            source=self._source(doc, ts_ms, False, payload),
+            change_type=change_type,
+            new_table=new_table,
+        )
+
+    def _table_def(
+        self, definition: dict[str, Any], database: str | None, table: str | None, payload: bytes
+    ) -> TableSchema:
+        raw_columns = definition.get("columns")
+        if not isinstance(raw_columns, list):
+            raise self.error(
+                "def.columns", f"expected a list of columns, found {_kind(raw_columns)}", payload
+            )
+        columns: list[Column] = []
+        for i, raw in enumerate(raw_columns):
+            where = f"def.columns[{i}]."
+            if not isinstance(raw, dict):
+                raise self.error(where[:-1], f"expected a column object, found {_kind(raw)}", payload)
+            name = required_str(self, raw, "name", payload, where=where)
+            kind = required_str(self, raw, "type", payload, where=where)
+            columns.append(self._def_column(name, kind.lower(), raw, where, payload))
+        key = string_list(self, definition, "primary-key", payload, where="def.") or ()
+        db = optional_str(self, definition, "database", payload, where="def.") or database
+        name = optional_str(self, definition, "table", payload, where="def.") or table or ""
+        return TableSchema(db, None, name, tuple(columns), key)
+
+    def _def_column(self, name: str, kind: str, raw: dict[str, Any], where: str, payload: bytes) -> Column:
+        """A Maxwell column definition as a Debezium-style Connect column."""
+        signed = raw.get("signed", True) is not False
+        length = optional_int(self, raw, "column-length", payload, where=where)
+        if kind in _INT_TYPES:
+            return Column(name, _INT_TYPES[kind], source_type=kind)
+        if kind in ("int", "integer"):
+            return Column(name, ConnectType.INT32 if signed else ConnectType.INT64, source_type=kind)
+        if kind == "bigint":
+            return Column(name, ConnectType.INT64, source_type=kind)
+        if kind in ("float", "double", "real"):
+            return Column(name, ConnectType.FLOAT64, source_type=kind)
+        if kind in ("decimal", "numeric"):
+            precision = optional_int(self, raw, "precision", payload, where=where)
+            scale = optional_int(self, raw, "scale", payload, where=where)
+            return Column.decimal(name, precision, scale or 0, source_type=kind)
+        if kind == "date":
+            return Column(name, ConnectType.INT32, logical=Logical.DATE, source_type=kind)
+        if kind == "datetime":
+            logical = Logical.MICRO_TIMESTAMP if (length or 0) > 3 else Logical.TIMESTAMP
+            return Column(name, ConnectType.INT64, logical=logical, source_type=kind)
+        if kind == "timestamp":
+            return Column(name, ConnectType.STRING, logical=Logical.ZONED_TIMESTAMP, source_type=kind)
+        if kind == "time":
+            return Column(name, ConnectType.INT64, logical=Logical.MICRO_TIME, source_type=kind)
+        if kind == "year":
+            return Column(name, ConnectType.INT32, logical=Logical.YEAR, source_type=kind)
+        if kind == "json":
+            return Column(name, ConnectType.STRING, logical=Logical.JSON, source_type=kind)
+        if kind == "enum":
+            return Column(name, ConnectType.STRING, logical=Logical.ENUM, source_type=kind)
+        if kind == "set":
+            return Column(name, ConnectType.STRING, logical=Logical.ENUM_SET, source_type=kind)
+        if kind in _BINARY_TYPES:
+            return Column(name, ConnectType.BYTES, source_type=kind)
+        if kind == "bit":
+            return Column(
+                name, ConnectType.BOOLEAN if (length or 1) == 1 else ConnectType.BYTES, source_type=kind
+            )
+        return Column(name, ConnectType.STRING, source_type=kind)
+
+
+def _key_from_kafka_key(key: bytes | None, data: dict[str, Any]) -> tuple[str, ...]:
+    """Key column names from Maxwell's Kafka key (hash or array format), matched to ``data``.
+
+    Maxwell lower-cases the names in its key; they are matched to the row's columns ignoring
+    case. A key that does not parse or does not match the row gives no key columns.
+    """
+    if not key:
+        return ()
+    try:
+        parsed = orjson.loads(key)
+    except orjson.JSONDecodeError:
+        return ()
+    names: list[str] = []
+    if isinstance(parsed, dict):
+        names = [k[3:] for k in parsed if isinstance(k, str) and k.startswith("pk.")]
+    elif isinstance(parsed, list) and len(parsed) == 3 and isinstance(parsed[2], list):
+        names = [k for item in parsed[2] if isinstance(item, dict) for k in item]
+    by_lower = {c.lower(): c for c in data}
+    resolved = tuple(by_lower.get(n.lower(), "") for n in names)
+    return resolved if resolved and all(resolved) else ()
+
+
+def _kind(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
