@@ -25,8 +25,9 @@ from prometheus_client import Counter, Gauge, Histogram
 from sink.changes import ChangeParseError, SinkChange, compact, parse_record
 from sink.config import SinkConfig
 from sink.iceberg import IcebergTables, IncompatibleSchemaError, build_spark
+from sink.main import crash_point
 
-__all__ = ["BatchReport", "MicroBatchSink"]
+__all__ = ["BatchReport", "MicroBatchSink", "serve_metrics"]
 
 log = logging.getLogger("cdcnorm.sink")
 
@@ -64,6 +65,13 @@ class BatchReport:
             f"commit={self.commit_seconds:.2f}s freshness={fresh}"
             + (f" skipped(already applied)={self.skipped_applied}" if self.skipped_applied else "")
         )
+
+
+def serve_metrics(port: int) -> None:
+    """Expose the sink's Prometheus metrics on ``/metrics``."""
+    from prometheus_client import start_http_server
+
+    start_http_server(port, addr="0.0.0.0")
 
 
 def _tp(topic: str, partition: int) -> str:
@@ -228,6 +236,7 @@ class MicroBatchSink:
                 self._pause(table, str(exc), changes, first_paused)
                 continue
             self._applied[table] = offsets
+            crash_point("between-table-commits")
             report.tables.append(".".join(table))
             report.upserts += counts["upserts"]
             report.deletes += counts["deletes"]
@@ -240,6 +249,7 @@ class MicroBatchSink:
                 report.newest_ts_ms = newest
             self.tables.maybe_maintain(table)
         report.commit_seconds = time.monotonic() - started
+        crash_point("after-iceberg-commit")
         COMMIT_SECONDS.observe(report.commit_seconds)
         if report.newest_ts_ms:
             FRESHNESS.set(max(0.0, time.time() - report.newest_ts_ms / 1000))

@@ -121,8 +121,8 @@ def test_offsets_order_changes_without_sequence() -> None:
 
 
 def test_type_mapping_covers_logical_types() -> None:
-    from transforms.connect import column_schema
     from transforms.connect import DecimalHandlingMode as M
+    from transforms.connect import column_schema
 
     def sql(col: Column) -> str:
         return spark_type(column_schema(col, M.PRECISE))[0]

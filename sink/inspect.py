@@ -1,0 +1,80 @@
+"""Show what the sink wrote: tables, row counts and rows (``cdcnorm tables``, ``python -m sink.inspect``)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from sink.config import SinkConfig
+from sink.iceberg import SEQ_COLUMN, TS_COLUMN, build_spark, quote
+
+__all__ = ["list_tables", "read_tables"]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, dt.datetime | dt.date):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).hex()
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def list_tables(spark: Any, config: SinkConfig) -> list[str]:
+    """``namespace.table`` of every table in the sink's catalog."""
+    cat = quote(config.catalog.name)
+    out = []
+    for ns in spark.sql(f"SHOW NAMESPACES IN {cat}").collect():
+        namespace = ns[0]
+        for t in spark.sql(f"SHOW TABLES IN {cat}.{quote(namespace)}").collect():
+            out.append(f"{namespace}.{t['tableName']}")
+    return sorted(out)
+
+
+def read_tables(config: SinkConfig, limit: int | None = None, meta: bool = False) -> dict[str, Any]:
+    """Every table's row count, snapshot count, data-file count and rows (JSON-ready)."""
+    spark = build_spark(config)
+    cat = quote(config.catalog.name)
+    out: dict[str, Any] = {}
+    for name in list_tables(spark, config):
+        ns, table = name.split(".", 1)
+        tid = f"{cat}.{quote(ns)}.{quote(table)}"
+        frame = spark.table(tid)
+        if not meta:
+            frame = frame.drop(SEQ_COLUMN, TS_COLUMN)
+        rows = [r.asDict(recursive=True) for r in (frame.limit(limit) if limit else frame).collect()]
+        out[name] = {
+            "count": spark.table(tid).count(),
+            "snapshots": spark.sql(f"SELECT count(*) FROM {tid}.snapshots").collect()[0][0],
+            "data_files": spark.sql(f"SELECT count(*) FROM {tid}.data_files").collect()[0][0],
+            "delete_files": spark.sql(f"SELECT count(*) FROM {tid}.delete_files").collect()[0][0],
+            "rows": _jsonable(rows),
+        }
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m sink.inspect")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--limit", type=int, default=None)
+    args = parser.parse_args()
+    from sink.main import load_sink_config
+
+    config, _ = load_sink_config(Path(args.config))
+    sys.stdout.buffer.write(orjson.dumps(read_tables(config, args.limit)) + b"\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
