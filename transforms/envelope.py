@@ -54,6 +54,7 @@ __all__ = [
     "TransactionEvent",
     "TransactionRef",
     "TransactionStatus",
+    "destination_topic",
     "emit",
     "key_payload",
     "version",
@@ -188,6 +189,8 @@ class RowEvent:
     """A flat row produced by the unwrap transform (ExtractNewRecordState style).
 
     ``row`` is ``None`` for a dropped-delete tombstone-only record.
+    ``tombstone``: whether a delete is followed by a tombstone (when ``EmitOptions.tombstones``);
+    the unwrap transform clears it for ``drop.tombstones``.
     """
 
     table: TableSchema
@@ -197,6 +200,7 @@ class RowEvent:
     op: Operation
     topic: str | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
+    tombstone: bool = True
 
 
 Event = ChangeEvent | SchemaChangeEvent | TransactionEvent | RowEvent
@@ -640,9 +644,21 @@ def _emit_row(event: RowEvent, opts: EmitOptions) -> list[OutRecord]:
         payload = codec.encode_row(event.row)
         value = {"schema": codec.row_schema, "payload": payload} if opts.schemas else payload
         out.append(OutRecord(topic, key, value, event.headers))
-    if event.op is Operation.DELETE and opts.tombstones and key is not None:
+    if event.op is Operation.DELETE and event.tombstone and opts.tombstones and key is not None:
         out.append(OutRecord(topic, key, None))
     return out
+
+
+def destination_topic(event: Event, opts: EmitOptions) -> str:
+    """The topic :func:`emit` sends ``event`` to: ``event.topic`` if set, else named by ``opts``."""
+    if event.topic:
+        return event.topic
+    if isinstance(event, ChangeEvent | RowEvent):
+        table = event.table
+        return _topic_base(opts, table.db, table.schema, table.table)
+    if isinstance(event, SchemaChangeEvent):
+        return opts.prefix
+    return opts.transaction_topic or f"{opts.prefix}.transaction"
 
 
 def emit(events: Iterable[Event], opts: EmitOptions) -> list[OutRecord]:

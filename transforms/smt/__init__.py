@@ -1,0 +1,36 @@
+"""Single-message transforms (SMTs) over canonical events, and chains built from config data.
+
+Each transform is one module with a declared config and a pure ``apply(event) -> list[event]``:
+``route`` (:mod:`~transforms.smt.route`), ``filter``, ``replace-field``, ``mask``,
+``insert-field`` and ``unwrap``. Predicates (:mod:`~transforms.smt.predicates`) decide where a
+step applies. :func:`build_chain` turns a list of step specs into a :class:`TransformChain`;
+transform modules are imported on first use.
+"""
+
+from transforms.smt.base import ChainStep, Predicate, SmtConfig, Transform, TransformChain
+from transforms.smt.registry import (
+    PREDICATES,
+    TRANSFORMS,
+    build_chain,
+    config_docs,
+    create_predicate,
+    create_transform,
+    predicate_class,
+    transform_class,
+)
+
+__all__ = [
+    "PREDICATES",
+    "TRANSFORMS",
+    "ChainStep",
+    "Predicate",
+    "SmtConfig",
+    "Transform",
+    "TransformChain",
+    "build_chain",
+    "config_docs",
+    "create_predicate",
+    "create_transform",
+    "predicate_class",
+    "transform_class",
+]

@@ -1,0 +1,157 @@
+"""``mask``: hide column values, like Kafka Connect's ``MaskField``.
+
+Masks the listed columns in both row images of a change and in unwrapped rows. Column types do
+not change; each value is replaced by a value of its own type:
+
+* strings: ``replacement`` (default ``****``), or with ``mode=hash`` the SHA-256 hex digest of
+  ``hash.salt`` + the value (stable, so equal values stay equal);
+* bytes: empty, or with ``mode=hash`` the 32-byte SHA-256 digest;
+* numbers: ``0`` (``Decimal(0)``, ``0.0``); booleans: ``false``;
+* dates, timestamps and times: the epoch / zero; structs and arrays: empty.
+
+SQL NULL stays ``null`` and ``__debezium_unavailable_value`` stays absent: masking never turns
+a missing value into a present one. Columns a table does not have are ignored.
+
+A key column may only be masked with ``mode=hash`` and only when it is a string or bytes
+column: anything else would give every row the same key.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Callable
+from dataclasses import replace
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from pydantic import Field, field_validator
+
+from transforms.connect import ConnectType, TableSchema
+from transforms.envelope import ChangeEvent, Event, RowEvent
+from transforms.errors import TransformError
+from transforms.smt.base import SmtConfig, Transform
+from transforms.smt.config_types import CommaList
+from transforms.smt.table_cache import DerivedTableCache
+from transforms.values import EPOCH, EPOCH_DATE, EPOCH_UTC, UNAVAILABLE
+
+__all__ = ["MaskConfig", "MaskField", "MaskMode"]
+
+
+class MaskMode(StrEnum):
+    """How string (and bytes) values are masked."""
+
+    REPLACE = "replace"
+    HASH = "hash"
+
+
+class MaskConfig(SmtConfig):
+    """Config of :class:`MaskField`."""
+
+    fields: CommaList = Field(..., description="Columns to mask.")
+    replacement: str = Field("****", description="The value that replaces strings (mode=replace).")
+    mode: MaskMode = Field(MaskMode.REPLACE, description="replace, or hash: SHA-256 hex of salt + value.")
+    hash_salt: str = Field("", alias="hash.salt", description="Salt prepended to values before hashing.")
+
+    @field_validator("fields")
+    @classmethod
+    def _non_empty(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("list at least one column")
+        return value
+
+
+class MaskField(Transform):
+    """Replaces the values of the configured columns with type-preserving masks."""
+
+    name: ClassVar[str] = "mask"
+    config_model = MaskConfig
+    config: MaskConfig
+
+    def __init__(self, config: MaskConfig) -> None:
+        super().__init__(config)
+        self._fields = frozenset(config.fields)
+        self._salt = config.hash_salt.encode()
+        self._hash = config.mode is MaskMode.HASH
+        self._tables: DerivedTableCache[TableSchema, frozenset[str]] = DerivedTableCache(self._targets)
+
+    def _targets(self, table: TableSchema) -> frozenset[str]:
+        """The columns of ``table`` to mask (unknown tables mask every listed name present)."""
+        for key in table.key:
+            if key not in self._fields:
+                continue
+            col = table.column(key)
+            hashable = col is not None and col.type in (ConnectType.STRING, ConnectType.BYTES)
+            if not (self._hash and hashable):
+                raise TransformError(
+                    self.name,
+                    f"masking key column {key!r} of {table.qualified_name} would give every row the same key; "
+                    "only string or bytes key columns can be masked, with mode=hash",
+                )
+        return self._fields
+
+    def mask(self, value: Any) -> Any:
+        """The masked form of one value (``None`` and the unavailable placeholder pass through)."""
+        if value is None or (isinstance(value, str) and value == UNAVAILABLE):
+            return value
+        masker = _MASKERS.get(type(value))
+        if masker is None:
+            for kind, fn in _MASKERS.items():
+                if isinstance(value, kind):
+                    masker = fn
+                    break
+            else:
+                raise TransformError(self.name, f"cannot mask a value of type {type(value).__name__}")
+        return masker(self, value)
+
+    def _mask_str(self, value: str) -> str:
+        if self._hash:
+            return hashlib.sha256(self._salt + value.encode()).hexdigest()
+        return self.config.replacement
+
+    def _mask_bytes(self, value: bytes) -> bytes:
+        return hashlib.sha256(self._salt + value).digest() if self._hash else b""
+
+    def _row(self, row: dict[str, Any] | None, targets: frozenset[str]) -> dict[str, Any] | None:
+        if row is None or targets.isdisjoint(row):
+            return row
+        return {k: self.mask(v) if k in targets else v for k, v in row.items()}
+
+    def apply(self, event: Event) -> list[Event]:
+        if isinstance(event, ChangeEvent):
+            targets = self._tables.get(event.table)
+            before, after = self._row(event.before, targets), self._row(event.after, targets)
+            if before is event.before and after is event.after:
+                return [event]
+            return [replace(event, before=before, after=after)]
+        if isinstance(event, RowEvent):
+            targets = self._tables.get(event.table)
+            row = self._row(event.row, targets)
+            if row is event.row:
+                return [event]
+            key_source = self._row(event.key_source, targets)
+            return [replace(event, row=row, key_source=key_source)]
+        return [event]
+
+
+def _zero_datetime(_: MaskField, value: dt.datetime) -> dt.datetime:
+    return EPOCH_UTC.astimezone(value.tzinfo) if value.tzinfo else EPOCH
+
+
+_MASKERS: dict[type, Callable[[MaskField, Any], Any]] = {
+    str: MaskField._mask_str,
+    bytes: MaskField._mask_bytes,
+    bool: lambda _, v: False,
+    int: lambda _, v: 0,
+    float: lambda _, v: 0.0,
+    Decimal: lambda _, v: Decimal(0),
+    dt.datetime: _zero_datetime,
+    dt.date: lambda _, v: EPOCH_DATE,
+    dt.timedelta: lambda _, v: dt.timedelta(0),
+    dt.time: lambda _, v: dt.time(0),
+    dict: lambda _, v: {},
+    list: lambda _, v: [],
+    bytearray: lambda self, v: self._mask_bytes(bytes(v)),
+}
+"""Masks by exact type, then by ``isinstance`` in this order (bool before int, datetime before date)."""

@@ -1,0 +1,152 @@
+"""Event metadata as row fields: what ``unwrap``'s ``add.fields`` and ``insert-field`` add.
+
+A field is named the way Debezium's ``add.fields`` names it: ``op``, ``ts_ms`` (the envelope's),
+``table``, ``source.ts_ms``, ``transaction.id``, or any position field of the format (``pos``,
+``lsn``, ``scn`` ... from :attr:`SourceInfo.fields`). The column gets the prefix (``__``) and
+dots become underscores: ``source.ts_ms`` → ``__source_ts_ms``.
+
+>>> [f.column for f in parse_metadata_fields(["op", "source.ts_ms"], "__", allow_topic=False)]
+['__op', '__source_ts_ms']
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from transforms.connect import Column, ConnectType, TableSchema
+from transforms.envelope import ChangeEvent, EmitOptions, RowEvent, destination_topic
+from transforms.errors import TransformError
+
+__all__ = ["MetadataField", "parse_metadata_fields", "with_added_columns"]
+
+_NAME_RE = re.compile(r"^(?:(source|transaction)\.)?([A-Za-z_][A-Za-z0-9_]*)$")
+
+_TABLE_PARTS = frozenset({"db", "schema", "table"})
+_SOURCE_BASE = frozenset({"connector", "snapshot", "sequence", "name", "ts_ms"}) | _TABLE_PARTS
+_TRANSACTION = frozenset({"id", "total_order", "data_collection_order"})
+
+_FIXED_TYPES: dict[str, ConnectType] = {
+    "op": ConnectType.STRING,
+    "ts_ms": ConnectType.INT64,
+    "topic": ConnectType.STRING,
+    **{f"source.{n}": ConnectType.STRING for n in _SOURCE_BASE},
+    **{n: ConnectType.STRING for n in _SOURCE_BASE - {"ts_ms"}},
+    "source.ts_ms": ConnectType.INT64,
+    "transaction.id": ConnectType.STRING,
+    "transaction.total_order": ConnectType.INT64,
+    "transaction.data_collection_order": ConnectType.INT64,
+}
+
+
+def _inferred_type(value: Any) -> ConnectType:
+    if isinstance(value, bool):
+        return ConnectType.BOOLEAN
+    if isinstance(value, int):
+        return ConnectType.INT64
+    if isinstance(value, float):
+        return ConnectType.FLOAT64
+    return ConnectType.STRING
+
+
+def _plain(value: Any) -> Any:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    if isinstance(value, dict | list):
+        return orjson.dumps(value).decode()
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataField:
+    """One metadata field: the configured ``spec`` and the ``column`` it is written to."""
+
+    spec: str
+    column: str
+
+    @property
+    def _source_name(self) -> str | None:
+        """The source-block field this spec reads, or ``None`` for op/ts_ms/topic/transaction."""
+        if self.spec.startswith("source."):
+            return self.spec[len("source.") :]
+        if self.spec in ("op", "ts_ms", "topic") or self.spec.startswith("transaction."):
+            return None
+        return self.spec
+
+    def value(self, event: ChangeEvent | RowEvent, naming: EmitOptions | None) -> Any:
+        """The field's value for ``event`` (``None`` where the event does not carry it)."""
+        spec = self.spec
+        if spec == "op":
+            return event.op.value
+        if spec == "topic":
+            return destination_topic(event, naming or EmitOptions())
+        table = event.table
+        source_name = self._source_name
+        if source_name in _TABLE_PARTS:
+            return getattr(table, source_name)
+        if source_name == "name":
+            return (naming or EmitOptions()).prefix
+        if not isinstance(event, ChangeEvent):
+            return None  # a flat row no longer carries source or transaction metadata
+        source = event.source
+        if spec == "ts_ms":
+            return event.ts_ms if event.ts_ms is not None else source.ts_ms
+        if spec.startswith("transaction."):
+            tx = event.transaction
+            return None if tx is None else getattr(tx, spec[len("transaction.") :])
+        if source_name == "ts_ms":
+            return source.ts_ms
+        if source_name == "connector":
+            return source.connector
+        if source_name == "snapshot":
+            return source.snapshot.value
+        if source_name == "sequence":
+            return source.sequence
+        return _plain(source.fields.get(source_name or ""))
+
+    def column_for(self, value: Any) -> Column:
+        """The (optional) column of this field; a format's own fields are typed by value."""
+        ctype = _FIXED_TYPES.get(self.spec) or _inferred_type(value)
+        return Column(self.column, ctype, True)
+
+
+def parse_metadata_fields(
+    specs: Iterable[str], prefix: str, *, allow_topic: bool
+) -> tuple[MetadataField, ...]:
+    """Validate field specs; ``ValueError`` names the first bad one."""
+    out: list[MetadataField] = []
+    seen: set[str] = set()
+    for spec in specs:
+        m = _NAME_RE.match(spec)
+        if m is None:
+            raise ValueError(f"{spec!r} is not a field name like 'op', 'table' or 'source.ts_ms'")
+        group, name = m.groups()
+        if group == "transaction" and name not in _TRANSACTION:
+            raise ValueError(f"{spec!r}: transaction fields are {', '.join(sorted(_TRANSACTION))}")
+        if spec == "topic" and not allow_topic:
+            raise ValueError("'topic' is not available here")
+        column = prefix + spec.replace(".", "_")
+        if column in seen:
+            raise ValueError(f"{spec!r} is listed twice")
+        seen.add(column)
+        out.append(MetadataField(spec, column))
+    return tuple(out)
+
+
+def with_added_columns(table: TableSchema, added: Iterable[Column], transform: str) -> TableSchema:
+    """``table`` with ``added`` appended; an added column replaces a same-named non-key column."""
+    added = tuple(added)
+    if not added:
+        return table
+    names = {c.name for c in added}
+    for name in names:
+        if name in table.key:
+            raise TransformError(
+                transform, f"added field {name!r} would replace key column of {table.qualified_name}"
+            )
+    kept = tuple(c for c in table.columns if c.name not in names)
+    return TableSchema(table.db, table.schema, table.table, kept + added, table.key)
