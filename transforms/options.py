@@ -58,7 +58,9 @@ def describe_options(model: type[FormatOptions]) -> list[OptionDoc]:
     """The declared options of a format, in declaration order."""
     docs = []
     for name, info in model.model_fields.items():
-        default = info.default
+        default = "(required)" if info.is_required() else info.get_default(call_default_factory=True)
+        if isinstance(default, tuple | frozenset | set):
+            default = list(default)
         docs.append(
             OptionDoc(
                 name=info.alias or name,
