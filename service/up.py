@@ -1,0 +1,250 @@
+"""``cdcnorm up``: the whole pipeline on one machine, fed with the sample messages of every format.
+
+Steps: find (or start) a broker and Redis → create one source topic per sample format → produce
+the samples (``service/samples/<format>.txt``; binary formats hold base64 lines, a
+``"__key_lines": true`` in ``<format>.options.json`` means lines alternate key and value) → run
+the worker as a child process (all samples of a format go to partition 0, so metadata
+messages are read before the data that needs them) → show progress from its ``/metrics`` → print a summary per
+format. Everything it started is stopped at the end or on Ctrl-C.
+
+The lakehouse sink is not part of this yet: :data:`AFTER_START_HOOKS` is where it plugs in.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from service.local import (
+    LocalProcess,
+    broker_reachable,
+    create_topics,
+    free_port,
+    redis_reachable,
+    start_redis,
+    start_tansu,
+)
+
+__all__ = ["AFTER_START_HOOKS", "SAMPLES", "Sample", "UpContext", "UpResult", "load_samples", "run_up"]
+
+SAMPLES = Path(__file__).parent / "samples"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The sample messages of one format, ready to produce."""
+
+    format_id: str
+    options: dict[str, Any]
+    messages: list[tuple[bytes | None, bytes | None]]
+
+
+def load_samples(directory: Path = SAMPLES) -> list[Sample]:
+    """Every ``<format>.txt`` in ``directory`` whose decoder is available, in file-name order."""
+    from transforms.decoders import decoder_class
+    from transforms.errors import ConfigError
+
+    out = []
+    for path in sorted(directory.glob("*.txt")):
+        fmt = path.stem
+        try:
+            binary = decoder_class(fmt).binary
+        except ConfigError:
+            continue
+        opt_path = path.with_suffix(".options.json")
+        options = json.loads(opt_path.read_text()) if opt_path.exists() else {}
+        key_lines = bool(options.pop("__key_lines", False))
+        lines = [ln for ln in path.read_bytes().splitlines() if ln.strip()]
+        pairs: list[tuple[bytes | None, bytes]] = (
+            list(zip(lines[0::2], lines[1::2], strict=False)) if key_lines else [(None, ln) for ln in lines]
+        )
+        messages: list[tuple[bytes | None, bytes | None]] = []
+        for key, raw in pairs:
+            value: bytes | None = base64.b64decode(raw.strip()) if binary else raw
+            if value == b"null" and key_lines:
+                value = None
+            messages.append((key, value))
+        out.append(Sample(fmt, options, messages))
+    return out
+
+
+@dataclass
+class UpContext:
+    """What `up` set up; passed to :data:`AFTER_START_HOOKS` (the sink plugs in here)."""
+
+    bootstrap: str
+    redis_url: str
+    prefix: str
+    source_topics: dict[str, str]
+    workdir: Path
+    processes: list[LocalProcess] = field(default_factory=list)
+
+
+AFTER_START_HOOKS: list[Callable[[UpContext], LocalProcess | None]] = []
+"""Called once the worker runs; a returned process is stopped with the others at the end."""
+
+
+@dataclass
+class UpResult:
+    """Per-format counts after the run."""
+
+    rows: list[dict[str, Any]]
+    output_topics: list[str]
+    finished: bool
+    context: UpContext
+
+
+def _metrics(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+        text = resp.read().decode()
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def _sum(metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    total = 0.0
+    for (n, lbls), value in metrics.items():
+        if n != name:
+            continue
+        d = dict(lbls)
+        if all(d.get(k) == v for k, v in labels.items()):
+            total += value
+    return total
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def run_up(
+    bootstrap: str | None = None,
+    redis_url: str = "redis://127.0.0.1:6379/0",
+    duration_s: float | None = None,
+    keep: bool = False,
+    prefix: str = "cdcnorm",
+    samples_dir: Path = SAMPLES,
+    progress: Callable[[str], None] | None = None,
+    log: Callable[[str], None] = print,
+) -> UpResult:
+    """Run the pipeline over the samples; see the module docstring."""
+    from confluent_kafka import Producer
+
+    workdir = Path(tempfile.mkdtemp(prefix="cdcnorm-up-"))
+    started: list[LocalProcess] = []
+    run = uuid.uuid4().hex[:8]
+    try:
+        if bootstrap is None or not broker_reachable(bootstrap, 3.0):
+            if bootstrap is not None:
+                log(f"broker {bootstrap} does not answer; starting a local Tansu broker")
+            tansu = start_tansu(log_dir=workdir)
+            started.append(tansu)
+            bootstrap = tansu.address
+            log(f"started Tansu (memory only) on {bootstrap}")
+        if not redis_reachable(redis_url):
+            redis = start_redis(log_dir=workdir)
+            started.append(redis)
+            log(f"Redis at {redis_url} does not answer; started redis-server on {redis.address}")
+            redis_url = redis.address
+        samples = load_samples(samples_dir)
+        source = {s.format_id: f"cdcnorm-samples.{run}.{s.format_id}" for s in samples}
+        create_topics(bootstrap, source.values(), partitions=4)
+        web_port = free_port()
+        config = {
+            "topic_prefix": prefix,
+            "broker": {"bootstrap_servers": bootstrap, "session_timeout_s": 6},
+            "redis": {"url": redis_url, "key_prefix": f"cdcnorm:up:{run}:"},
+            "web": {"host": "127.0.0.1", "port": web_port},
+            "worker": {"app_id": f"cdcnorm-up-{run}", "data_dir": str(workdir / "faust")},
+            "topics": [{"name": source[s.format_id], "format": s.format_id, "options": s.options} for s in samples],
+        }
+        config_path = workdir / "pipeline.yaml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        for s in samples:
+            for key, value in s.messages:
+                producer.produce(source[s.format_id], value=value, key=key, partition=0)
+        producer.flush(30)
+        del producer
+        log(f"produced {sum(len(s.messages) for s in samples)} sample messages of {len(samples)} formats")
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "worker", "--config", str(config_path)],
+            stdout=(workdir / "worker.log").open("ab"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        worker_proc = LocalProcess("worker", worker, f"http://127.0.0.1:{web_port}", workdir / "worker.log")
+        started.append(worker_proc)
+        log(f"worker started (log: {workdir / 'worker.log'}, metrics: http://127.0.0.1:{web_port}/metrics)")
+        context = UpContext(bootstrap, redis_url, prefix, source, workdir, started)
+        for hook in AFTER_START_HOOKS:
+            proc = hook(context)
+            if proc is not None:
+                started.append(proc)
+        expected = {source[s.format_id]: len(s.messages) for s in samples}
+        deadline = None if duration_s is None else time.monotonic() + duration_s
+        finished = False
+        metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        try:
+            while True:
+                if not worker_proc.running:
+                    raise RuntimeError(f"the worker exited with {worker.returncode}:\n{worker_proc.log_tail()}")
+                with contextlib.suppress(OSError):
+                    metrics = _metrics(web_port)
+                seen = {t: _sum(metrics, "cdcnorm_messages_in_total", topic=t) for t in expected}
+                inflight = _sum(metrics, "cdcnorm_inflight_messages")
+                if progress is not None:
+                    progress(
+                        f"in {int(sum(seen.values()))}/{sum(expected.values())}  "
+                        f"out {int(_sum(metrics, 'cdcnorm_records_out_total'))}  "
+                        f"dlq {int(_sum(metrics, 'cdcnorm_dlq_total'))}  inflight {int(inflight)}"
+                    )
+                if metrics and all(seen[t] >= n for t, n in expected.items()) and inflight == 0:
+                    finished = True
+                    if not keep:
+                        break
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            log("interrupted; stopping")
+        rows = [
+            {
+                "format": s.format_id,
+                "source_topic": source[s.format_id],
+                "produced": len(s.messages),
+                "messages_in": int(_sum(metrics, "cdcnorm_messages_in_total", topic=source[s.format_id])),
+                "records_out": int(_sum(metrics, "cdcnorm_records_out_total", topic=source[s.format_id])),
+                "dlq": int(_sum(metrics, "cdcnorm_dlq_total", topic=source[s.format_id])),
+            }
+            for s in samples
+        ]
+        from confluent_kafka.admin import AdminClient
+
+        topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).topics
+        outputs = sorted(t for t in topics if t == prefix or t.startswith(prefix + "."))
+        return UpResult(rows, outputs, finished, context)
+    finally:
+        for proc in reversed(started):
+            proc.stop()

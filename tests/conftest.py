@@ -1,0 +1,62 @@
+"""Session fixtures: a real Tansu broker and a real Redis, both on loopback, started on demand.
+
+Only tests that ask for ``kafka_bootstrap`` / ``redis_url`` start them. Redis: an answering
+``127.0.0.1:6379`` is reused (tests use a unique key prefix); otherwise a throwaway
+``redis-server --save ""`` is started on a free port.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A memory-only Tansu broker for this test session (host:port)."""
+    from service.local import start_tansu
+
+    try:
+        broker = start_tansu(log_dir=Path(tmp_path_factory.mktemp("tansu")))
+    except Exception as exc:  # pragma: no cover - environment without the wheel
+        pytest.skip(f"cannot start Tansu: {exc}")
+    try:
+        yield broker.address
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Redis URL that answers (the local default or a throwaway server)."""
+    from service.local import redis_reachable, start_redis
+
+    default = "redis://127.0.0.1:6379/0"
+    if redis_reachable(default):
+        yield default
+        return
+    try:
+        server = start_redis(log_dir=Path(tmp_path_factory.mktemp("redis")))
+    except Exception as exc:  # pragma: no cover
+        pytest.skip(f"cannot start redis-server: {exc}")
+    try:
+        yield server.address
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_prefix(redis_url: str) -> Iterator[str]:
+    """A unique key prefix; its keys are deleted afterwards."""
+    import redis
+
+    prefix = f"cdcnorm-test:{uuid.uuid4().hex[:10]}:"
+    yield prefix
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(match=prefix + "*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()

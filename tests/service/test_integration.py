@@ -1,0 +1,269 @@
+"""The worker against a real Tansu broker and a real Redis (``-m integration``)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from service.dlq import (
+    ERROR_CLASS,
+    ERROR_MESSAGE,
+    ERROR_OFFSET,
+    ERROR_PARTITION,
+    ERROR_STACKTRACE,
+    ERROR_TOPIC,
+    FORMAT_HEADER,
+)
+from service.local import create_topics
+from tests.service.harness import ROOT, WorkerProcess, list_topics, read_topics
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+DATA = ROOT / "tests" / "data"
+TYPES = {"id": "int", "name": "varchar(10)", "email": "varchar(20)"}
+SQL_TYPES = {"id": 4, "name": 12, "email": 12}
+
+
+def canal(kind: str, rows: list[dict[str, Any]], old: list[dict[str, Any]] | None = None, es: int = 1) -> bytes:
+    return orjson.dumps(
+        {
+            "data": rows,
+            "database": "shop",
+            "table": "users",
+            "pkNames": ["id"],
+            "isDdl": False,
+            "type": kind,
+            "es": 1700000000000 + es,
+            "ts": 1700000000000 + es,
+            "mysqlType": TYPES,
+            "sqlType": SQL_TYPES,
+            "old": old,
+        }
+    )
+
+
+def produce(bootstrap: str, topic: str, messages: list[tuple[bytes | None, bytes | None]], partition: int | None = None) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for key, value in messages:
+        if partition is None:
+            producer.produce(topic, value=value, key=key)
+        else:
+            producer.produce(topic, value=value, key=key, partition=partition)
+    assert producer.flush(30) == 0
+
+
+def base_config(bootstrap: str, redis_url: str, redis_prefix: str, prefix: str, topics: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "topic_prefix": prefix,
+        "broker": {"bootstrap_servers": bootstrap, "session_timeout_s": 6},
+        "redis": {"url": redis_url, "key_prefix": redis_prefix},
+        "worker": {"app_id": f"{prefix}-group", "commit_interval_s": 0.5},
+        "topics": topics,
+    }
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"it{uuid.uuid4().hex[:8]}"
+
+
+def test_canal_end_to_end_keys_partitions_tombstones_dlq(
+    kafka_bootstrap: str, redis_url: str, redis_prefix: str, prefix: str, tmp_path: Path
+) -> None:
+    source = f"{prefix}-src"
+    create_topics(kafka_bootstrap, [source], partitions=1)
+    ddl = (DATA / "canal-json" / "seed-ddl.txt").read_bytes().strip()
+    messages: list[tuple[bytes | None, bytes | None]] = []
+    for i in range(1, 21):
+        messages.append((b"k", canal("INSERT", [{"id": str(i), "name": f"n{i}", "email": f"{i}@x"}], es=i)))
+    messages.append((b"bad-key", b'{"this is": not json'))
+    for i in range(1, 21):
+        messages.append((b"k", canal("UPDATE", [{"id": str(i), "name": f"m{i}", "email": f"{i}@x"}], [{"name": f"n{i}"}], es=100 + i)))
+    messages.append((None, ddl))
+    for i in range(1, 11):
+        messages.append((b"k", canal("DELETE", [{"id": str(i), "name": f"m{i}", "email": f"{i}@x"}], es=200 + i)))
+    produce(kafka_bootstrap, source, messages, partition=0)
+
+    worker = WorkerProcess(
+        base_config(kafka_bootstrap, redis_url, redis_prefix, prefix, [{"name": source, "format": "canal-json"}]),
+        tmp_path,
+    )
+    try:
+        worker.wait_ready()
+        worker.wait_processed(source, len(messages))
+        assert worker.total("cdcnorm_dlq_total", topic=source) == 1
+        assert worker.total("cdcnorm_records_out_total", topic=source) == 20 + 20 + 1 + 20
+        status, _ = worker.get("/healthz")
+        assert status == 200
+    finally:
+        worker.stop()
+
+    table_topic = f"{prefix}.shop.users"
+    create_topics(kafka_bootstrap, [table_topic])  # exists already (4 partitions on produce)
+    records = read_topics(kafka_bootstrap, [table_topic, prefix, f"{prefix}.dlq"])
+    data = [r for r in records if r.topic == table_topic]
+    assert len(data) == 20 + 20 + 10 + 10
+    by_key: dict[int, list[Any]] = defaultdict(list)
+    partitions: dict[int, set[int]] = defaultdict(set)
+    for r in sorted(data, key=lambda r: (r.partition, r.offset)):
+        key = r.key_json
+        assert key["schema"]["name"] == f"{prefix}.shop.users.Key"
+        kid = key["payload"]["id"]
+        partitions[kid].add(r.partition)
+        by_key[kid].append(None if r.value is None else r.value_json["payload"]["op"])
+    assert all(len(p) == 1 for p in partitions.values()), "one key, one partition"
+    assert len({p for ps in partitions.values() for p in ps}) > 1, "keys spread over partitions"
+    for kid in range(1, 21):
+        expected = ["c", "u", "d", None] if kid <= 10 else ["c", "u"]
+        assert by_key[kid] == expected, kid
+    update = next(r.value_json["payload"] for r in data if r.value and r.value_json["payload"]["op"] == "u")
+    assert update["before"]["name"].startswith("n") and update["after"]["name"].startswith("m")
+    assert update["source"]["connector"] == "canal-json" and update["source"]["name"] == prefix
+
+    schema_changes = [r for r in records if r.topic == prefix]
+    assert len(schema_changes) == 1
+    assert schema_changes[0].value_json["payload"]["ddl"] == "eg: create xxx"
+
+    dlq = [r for r in records if r.topic == f"{prefix}.dlq"]
+    assert len(dlq) == 1
+    letter = dlq[0]
+    assert letter.key == b"bad-key" and letter.value == b'{"this is": not json'
+    assert letter.headers[ERROR_TOPIC] == source.encode()
+    assert letter.headers[ERROR_PARTITION] == b"0"
+    assert letter.headers[ERROR_OFFSET] == b"20"
+    assert letter.headers[ERROR_CLASS] == b"transforms.errors.DecodeError"
+    assert letter.headers[ERROR_MESSAGE].startswith(b"canal-json")
+    assert b"Traceback" in letter.headers[ERROR_STACKTRACE]
+    assert letter.headers[FORMAT_HEADER] == b"canal-json"
+
+
+SHAREPLEX_INSERT = (
+    b'{"meta":{"time":"2017-06-16T14:24:34Z","op":"INSERT","scn":"1","rowid":"AAA","trans":"7.0.1","seq":1,'
+    b'"table":"CL_BIZ1.MIO_LOG","idx":"1/2"},"data":{"MIO_LOG_ID":"1","AMOUNT":"10.50","NOTE":"first","CNTR_NO":null}}'
+)
+SHAREPLEX_UPDATE = (
+    b'{"meta":{"time":"2017-06-16T14:24:35Z","op":"UPDATE","scn":"2","rowid":"AAA","trans":"7.0.1","seq":2,'
+    b'"table":"CL_BIZ1.MIO_LOG","idx":"2/2"},"data":{"NOTE":"second"},"key":{"MIO_LOG_ID":"1","NOTE":"first"}}'
+)
+
+
+def test_partial_image_completion(
+    kafka_bootstrap: str, redis_url: str, redis_prefix: str, prefix: str, tmp_path: Path
+) -> None:
+    on, off = f"{prefix}-on", f"{prefix}-off"
+    create_topics(kafka_bootstrap, [on, off], partitions=1)
+    for topic in (on, off):
+        produce(kafka_bootstrap, topic, [(None, SHAREPLEX_INSERT), (None, SHAREPLEX_UPDATE)], partition=0)
+    options = {"key.columns": "MIO_LOG_ID"}
+    topics = [
+        {"name": on, "format": "shareplex-json", "options": options, "complete_partial_images": True,
+         "topic_template": "{prefix}.on.{table}"},
+        {"name": off, "format": "shareplex-json", "options": options, "topic_template": "{prefix}.off.{table}"},
+    ]
+    worker = WorkerProcess(base_config(kafka_bootstrap, redis_url, redis_prefix, prefix, topics), tmp_path)
+    try:
+        worker.wait_ready()
+        worker.wait_processed(on, 2)
+        worker.wait_processed(off, 2)
+    finally:
+        worker.stop()
+    records = read_topics(kafka_bootstrap, [f"{prefix}.on.MIO_LOG", f"{prefix}.off.MIO_LOG"])
+    updates = {r.topic: r.value_json["payload"] for r in records if r.value and r.value_json["payload"]["op"] == "u"}
+    completed = updates[f"{prefix}.on.MIO_LOG"]["after"]
+    placeholder = updates[f"{prefix}.off.MIO_LOG"]["after"]
+    assert completed["NOTE"] == "second" and placeholder["NOTE"] == "second"
+    assert completed["CNTR_NO"] is None
+    assert completed["AMOUNT"] not in (None, "__debezium_unavailable_value")
+    assert placeholder["AMOUNT"] == "__debezium_unavailable_value"
+    assert placeholder["CNTR_NO"] == "__debezium_unavailable_value"
+
+
+def test_two_workers_share_qlik_metadata_through_redis(
+    kafka_bootstrap: str, redis_url: str, redis_prefix: str, prefix: str, tmp_path: Path
+) -> None:
+    lines = (DATA / "qlik-json" / "vectors-metadata-then-data.txt").read_bytes().splitlines()
+    metadata, data = lines[0], lines[1]
+    source = f"{prefix}-qlik"
+    create_topics(kafka_bootstrap, [source], partitions=2)
+    config = base_config(kafka_bootstrap, redis_url, redis_prefix, prefix, [{"name": source, "format": "qlik-json"}])
+    workers = [WorkerProcess(config, tmp_path, f"worker{i}") for i in range(2)]
+    try:
+        for w in workers:
+            w.wait_ready(partitions=1)
+        owner = {
+            int(tp.rsplit("[", 1)[1].rstrip("]")): w
+            for w in workers
+            for tp in w.readiness()["assigned_partitions"]
+        }
+        assert set(owner) == {0, 1} and owner[0] is not owner[1]
+        produce(kafka_bootstrap, source, [(None, metadata)], partition=0)
+        owner[0].wait_processed(source, 1)
+        produce(kafka_bootstrap, source, [(None, data)], partition=1)
+        owner[1].wait_processed(source, 1)
+        assert owner[1].total("cdcnorm_dlq_total") == 0
+        assert owner[1].total("cdcnorm_records_out_total", topic=source) >= 1
+        assert owner[0].total("cdcnorm_messages_in_total", topic=source) == 1
+    finally:
+        for w in workers:
+            w.stop()
+    outputs = [t for t in list_topics(kafka_bootstrap, prefix) if t.endswith(".salaries")]
+    records = read_topics(kafka_bootstrap, outputs)
+    rows = [r.value_json["payload"] for r in records if r.value]
+    assert rows and rows[0]["after"]["emp_no"] == 14472
+    assert rows[0]["source"]["connector"] == "qlik-json"
+
+
+def test_errors_fail_stops_the_worker_without_committing(
+    kafka_bootstrap: str, redis_url: str, redis_prefix: str, prefix: str, tmp_path: Path
+) -> None:
+    source = f"{prefix}-strict"
+    create_topics(kafka_bootstrap, [source], partitions=1)
+    good = canal("INSERT", [{"id": "1", "name": "a", "email": "a@x"}])
+    produce(kafka_bootstrap, source, [(None, good), (None, b"garbage"), (None, good)], partition=0)
+    config = base_config(kafka_bootstrap, redis_url, redis_prefix, prefix,
+                         [{"name": source, "format": "canal-json", "errors": "fail"}])
+    worker = WorkerProcess(config, tmp_path)
+    try:
+        assert worker.process.process.wait(60) == 3
+    finally:
+        worker.stop()
+    log = worker.process.log_tail(400)
+    assert "errors=fail" in log and "offset=1" in log
+    records = read_topics(kafka_bootstrap, [f"{prefix}.shop.users", f"{prefix}.dlq"])
+    assert [r.topic for r in records] == [f"{prefix}.shop.users"]
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": config["worker"]["app_id"]})
+    committed = consumer.committed([TopicPartition(source, 0)], timeout=10)[0].offset
+    consumer.close()
+    assert committed in (-1001, 1), committed
+
+
+def test_cdcnorm_up_runs_the_samples(kafka_bootstrap: str, redis_url: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "service.cli", "up", "--duration", "90", "--bootstrap", kafka_bootstrap,
+         "--redis-url", redis_url, "--topic-prefix", f"up{uuid.uuid4().hex[:6]}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "all samples processed" in out
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    assert {"canal-json", "debezium-json", "qlik-json"} <= {r.split("│")[1].strip() for r in rows}
+    for row in rows:
+        cells = [c.strip() for c in row.strip("│").split("│")]
+        produced, seen, dlq = int(cells[2]), int(cells[3]), int(cells[5])
+        assert seen == produced and dlq == 0, row
