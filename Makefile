@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test test-fast lint bench clean
+.PHONY: up test test-fast lint check-deploy clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,7 @@ up: $(STAMP)
 
 test: $(STAMP)
 	scripts/ensure-redis
+	scripts/check-deploy-tools
 	$(BIN)/ruff check transforms service sink tests bench
 	$(BIN)/mypy
 	$(BIN)/pytest -q
@@ -28,6 +29,9 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check transforms service sink tests bench
 	$(BIN)/mypy
+
+check-deploy: $(STAMP)
+	scripts/check-deploy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache build *.egg-info

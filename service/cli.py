@@ -200,6 +200,7 @@ def up(
     duration: Annotated[float | None, typer.Option("--duration", help="Stop after this many seconds.")] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep running after the samples are processed (Ctrl-C stops).")] = False,
     topic_prefix: Annotated[str, typer.Option("--topic-prefix", help="Output topic prefix.")] = "cdcnorm",
+    sink: Annotated[bool, typer.Option("--sink/--no-sink", help="Also run the Iceberg sink and show the tables.")] = True,
 ) -> None:
     """Run the pipeline locally on the sample messages of every format and print a summary.
 
@@ -219,6 +220,7 @@ def up(
             duration_s=duration,
             keep=keep,
             prefix=topic_prefix,
+            with_sink=sink,
             progress=lambda line: live.update(Text(line)),
             log=lambda line: live.console.print(line),
         )
@@ -233,6 +235,8 @@ def up(
     console.print(table)
     console.print("all samples processed" if result.finished else "[yellow]stopped before all samples were processed[/yellow]")
     console.print(f"output topics ({len(result.output_topics)}): {', '.join(result.output_topics)}")
+    if result.tables:
+        _print_tables(console, result.tables, f"Iceberg tables (warehouse {result.context.workdir / 'warehouse'})")
     started_broker = any(p.name == "tansu" for p in result.context.processes)
     where = "" if not started_broker else "  (the Tansu broker started by `up` is stopped now; rerun with --keep to look while it runs)"
     console.print(
@@ -264,6 +268,53 @@ def tail(
     except LookupError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
+
+
+def _print_tables(console: Console, tables: dict[str, Any], title: str) -> None:
+    summary = Table(title=title, title_justify="left")
+    for column in ("table", "rows", "snapshots", "data files", "sample rows"):
+        summary.add_column(column)
+    for name, info in tables.items():
+        sample = "\n".join(orjson.dumps(r, default=str).decode()[:160] for r in info["rows"][:3])
+        summary.add_row(name, str(info["count"]), str(info["snapshots"]), str(info["data_files"]), sample)
+    console.print(summary)
+
+
+@app.command()
+def sink(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Pipeline YAML with a `sink:` section.")],
+    once: Annotated[bool, typer.Option("--once", help="Drain the topics, then stop.")] = False,
+    max_batches: Annotated[int | None, typer.Option("--max-batches", help="Stop after N non-empty batches.")] = None,
+) -> None:
+    """Run the PySpark micro-batch sink: normalized topics into Iceberg tables."""
+    import logging
+
+    from sink.main import run_sink
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        code = run_sink(config, once=once, max_batches=max_batches)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    raise typer.Exit(code)
+
+
+@app.command()
+def tables(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Pipeline YAML with a `sink:` section.")],
+    limit: Annotated[int, typer.Option("--limit", help="Rows to show per table.")] = 5,
+) -> None:
+    """Show the sink's Iceberg tables: row counts, snapshots, files and a few rows."""
+    from sink.inspect import read_tables
+    from sink.main import load_sink_config
+
+    try:
+        sink_config, _ = load_sink_config(config)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
+    _print_tables(Console(), read_tables(sink_config, limit), f"Iceberg tables ({sink_config.warehouse_path()})")
 
 
 def main() -> None:

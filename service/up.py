@@ -105,6 +105,45 @@ class UpResult:
     output_topics: list[str]
     finished: bool
     context: UpContext
+    tables: dict[str, Any] = field(default_factory=dict)
+    sink_log: Path | None = None
+
+
+def run_sink_once(context: UpContext, topics: list[str], log: Callable[[str], None]) -> tuple[dict[str, Any], Path]:
+    """Run the Iceberg sink over the normalized topics until drained, then read the tables back."""
+    warehouse = context.workdir / "warehouse"
+    config = {
+        "topic_prefix": context.prefix,
+        "broker": {"bootstrap_servers": context.bootstrap, "session_timeout_s": 6},
+        "topics": [{"name": "unused", "format": "canal-json"}],
+        "sink": {
+            "topics": topics,
+            "group_id": f"cdcnorm-up-sink-{context.workdir.name}",
+            "trigger_interval_seconds": 2,
+            "catalog": {"warehouse": str(warehouse)},
+        },
+    }
+    path = context.workdir / "sink.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    sink_log = context.workdir / "sink.log"
+    log(f"running the Iceberg sink over {len(topics)} normalized topics (warehouse: {warehouse}, log: {sink_log})")
+    with sink_log.open("ab") as out:
+        proc = subprocess.run(
+            [sys.executable, "-m", "sink", "--config", str(path), "--once"],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=600, check=False,
+        )
+    if proc.returncode != 0:
+        raise RuntimeError(f"the sink exited with {proc.returncode}; see {sink_log}")
+    shown = subprocess.run(
+        [sys.executable, "-m", "sink.inspect", "--config", str(path), "--limit", "3"],
+        capture_output=True, timeout=300, check=False,
+    )
+    if shown.returncode != 0:
+        raise RuntimeError(f"reading the Iceberg tables failed: {shown.stderr.decode()[-2000:]}")
+    import orjson
+
+    tables: dict[str, Any] = orjson.loads(shown.stdout.strip().splitlines()[-1])
+    return tables, sink_log
 
 
 def _metrics(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -145,6 +184,7 @@ def run_up(
     keep: bool = False,
     prefix: str = "cdcnorm",
     samples_dir: Path = SAMPLES,
+    with_sink: bool = True,
     progress: Callable[[str], None] | None = None,
     log: Callable[[str], None] = print,
 ) -> UpResult:
@@ -244,7 +284,11 @@ def run_up(
 
         topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).topics
         outputs = sorted(t for t in topics if t == prefix or t.startswith(prefix + "."))
-        return UpResult(rows, outputs, finished, context)
+        result = UpResult(rows, outputs, finished, context)
+        if with_sink and finished:
+            data_topics = [t for t in outputs if t not in (prefix, f"{prefix}.dlq", f"{prefix}.transaction")]
+            result.tables, result.sink_log = run_sink_once(context, data_topics, log)
+        return result
     finally:
         for proc in reversed(started):
             proc.stop()

@@ -132,9 +132,11 @@ class IcebergTables:
 
     # -- naming -----------------------------------------------------------------------
 
+    def namespace_id(self, table: tuple[str, str]) -> str:
+        return f"{quote(self.config.catalog.name)}.{quote(self.config.namespace or table[0])}"
+
     def table_id(self, table: tuple[str, str]) -> str:
-        namespace = self.config.namespace or table[0]
-        return f"{quote(self.config.catalog.name)}.{quote(namespace)}.{quote(table[1])}"
+        return f"{self.namespace_id(table)}.{quote(table[1])}"
 
     # -- schema -------------------------------------------------------------------------
 
@@ -170,7 +172,7 @@ class IcebergTables:
         key = batch.key_columns
         state = self._load_state(tid)
         if state is None:
-            self._create(tid, columns, key)
+            self._create(tid, self.namespace_id(batch.table), columns, key)
             self._state[tid] = _TableState({c.name: c.sql_type for c in columns}, key)
             return tid
         for col in columns:
@@ -191,8 +193,7 @@ class IcebergTables:
                 log.info("table %s: widened column %s %s -> %s", tid, col.name, stored, target)
         return tid
 
-    def _create(self, tid: str, columns: tuple[SinkColumn, ...], key: tuple[str, ...]) -> None:
-        namespace = tid.rsplit(".", 1)[0]
+    def _create(self, tid: str, namespace: str, columns: tuple[SinkColumn, ...], key: tuple[str, ...]) -> None:
         self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
         defs = []
         for col in columns:
@@ -284,7 +285,7 @@ class IcebergTables:
         """
         tid = self.ensure_table(batch)
         state = self._state[tid]
-        counts = {"upserts": 0, "deletes": 0, "appends": 0, "truncates": 0}
+        counts = {"upserts": 0, "deletes": 0, "appends": 0, "truncates": 0, "unkeyed": 0}
         props = {OFFSETS_PROPERTY: orjson.dumps(offsets, option=orjson.OPT_SORT_KEYS).decode()}
 
         def work() -> None:
@@ -293,7 +294,12 @@ class IcebergTables:
                 counts["truncates"] = 1
             if batch.changes:
                 self._merge(tid, state, batch.changes, counts)
-            if batch.appends:
+            if batch.appends and state.key:
+                # a change whose key is unknown (e.g. a delete whose key column was absent)
+                # cannot be applied to a keyed table; it is counted and logged, not guessed
+                counts["unkeyed"] = len(batch.appends)
+                log.warning("table %s: %d changes without a key skipped (the table is keyed)", tid, len(batch.appends))
+            elif batch.appends:
                 self._append(tid, state, batch.appends)
                 counts["appends"] = len(batch.appends)
             if not (batch.truncate or batch.changes or batch.appends):
@@ -369,7 +375,7 @@ class IcebergTables:
         m = self.config.maintenance
         tid = self.table_id(table)
         cat = quote(self.config.catalog.name)
-        ident = tid.split(".", 1)[1].replace("`", "")
+        ident = f"{quote(self.config.namespace or table[0])}.{quote(table[1])}"
         self.spark.sql(
             f"CALL {cat}.system.rewrite_data_files(table => '{ident}', "
             f"options => map('min-input-files', '{m.min_input_files}', 'delete-file-threshold', '1'))"

@@ -37,8 +37,14 @@ def list_tables(spark: Any, config: SinkConfig) -> list[str]:
     out = []
     for ns in spark.sql(f"SHOW NAMESPACES IN {cat}").collect():
         namespace = ns[0]
-        for t in spark.sql(f"SHOW TABLES IN {cat}.{quote(namespace)}").collect():
-            out.append(f"{namespace}.{t['tableName']}")
+        if len(namespace) > 1 and namespace[0] == namespace[-1] == "`":
+            namespace = namespace[1:-1].replace("``", "`")  # Spark quotes names with special characters
+        try:
+            listed = spark.sql(f"SHOW TABLES IN {cat}.{quote(namespace)}").collect()
+        except Exception as exc:  # a namespace the catalog lists but cannot open
+            print(f"cannot list namespace {namespace!r}: {str(exc).splitlines()[0][:200]}", file=sys.stderr)
+            continue
+        out.extend(f"{namespace}.{t['tableName']}" for t in listed)
     return sorted(out)
 
 

@@ -1,0 +1,1 @@
+"""Offline checks of the Dockerfile and the Kubernetes manifests (k8s/)."""
