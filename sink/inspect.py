@@ -34,7 +34,7 @@ def _jsonable(value: Any) -> Any:
 def list_tables(spark: Any, config: SinkConfig) -> list[str]:
     """``namespace.table`` of every table in the sink's catalog."""
     cat = quote(config.catalog.name)
-    out = []
+    out: list[str] = []
     for ns in spark.sql(f"SHOW NAMESPACES IN {cat}").collect():
         namespace = ns[0]
         if len(namespace) > 1 and namespace[0] == namespace[-1] == "`":
