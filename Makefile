@@ -19,7 +19,7 @@ up: $(STAMP)
 test: $(STAMP)
 	scripts/ensure-redis
 	scripts/check-deploy-tools
-	$(BIN)/ruff check transforms service sink tests bench
+	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q
 
@@ -27,7 +27,7 @@ test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not integration"
 
 lint: $(STAMP)
-	$(BIN)/ruff check transforms service sink tests bench
+	$(BIN)/ruff check .
 	$(BIN)/mypy
 
 check-deploy: $(STAMP)
