@@ -272,10 +272,11 @@ def tail(
 
 def _print_tables(console: Console, tables: dict[str, Any], title: str) -> None:
     summary = Table(title=title, title_justify="left")
-    for column in ("table", "rows", "snapshots", "data files", "sample rows"):
-        summary.add_column(column)
+    for column in ("table", "rows", "snapshots", "data files"):
+        summary.add_column(column, no_wrap=True)
+    summary.add_column("a row", no_wrap=True, overflow="ellipsis", max_width=90)
     for name, info in tables.items():
-        sample = "\n".join(orjson.dumps(r, default=str).decode()[:160] for r in info["rows"][:3])
+        sample = orjson.dumps(info["rows"][0], default=str).decode() if info["rows"] else ""
         summary.add_row(name, str(info["count"]), str(info["snapshots"]), str(info["data_files"]), sample)
     console.print(summary)
 
