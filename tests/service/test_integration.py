@@ -255,14 +255,19 @@ def test_cdcnorm_up_runs_the_samples(kafka_bootstrap: str, redis_url: str) -> No
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=150,
+        timeout=420,
         env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "all samples processed" in out
-    rows = [line for line in out.splitlines() if line.startswith("│")]
+    lines = out.splitlines()
+    first_table_end = next(i for i, line in enumerate(lines) if line.startswith("└"))
+    rows = [line for line in lines[:first_table_end] if line.startswith("│")]
     assert {"canal-json", "debezium-json", "qlik-json"} <= {r.split("│")[1].strip() for r in rows}
+    # the sink ran over the normalized topics and the Iceberg tables are shown
+    assert "Iceberg tables" in out
+    assert any(line.startswith("│ tpch.region") for line in lines[first_table_end:]), out[-3000:]
     for row in rows:
         cells = [c.strip() for c in row.strip("│").split("│")]
         produced, seen, dlq = int(cells[2]), int(cells[3]), int(cells[5])
