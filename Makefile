@@ -21,6 +21,7 @@ test: $(STAMP)
 	scripts/check-deploy-tools
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	scripts/audit
 	$(BIN)/pytest -q
 
 test-fast: $(STAMP)

@@ -165,7 +165,12 @@ def validate_config(
     console = Console()
     console.print(
         f"[bold]{config}[/bold]: valid. prefix={cfg.topic_prefix} brokers={cfg.broker.bootstrap} "
-        f"redis={cfg.redis.url} group={cfg.worker.app_id} sink={'configured' if cfg.sink else 'none'}"
+        f"redis={cfg.redis.display_url} group={cfg.worker.app_id} sink={'configured' if cfg.sink else 'none'}",
+        markup=True, highlight=False,
+    )
+    console.print(
+        f"security: kafka {cfg.broker.describe_security()}; redis {cfg.redis.describe_security()}",
+        markup=False, highlight=False, soft_wrap=True,
     )
     table = Table(title_justify="left")
     for column in ("source", "format", "transforms", "errors", "dlq", "template", "completion", "transactions"):
@@ -182,12 +187,13 @@ def worker(
 ) -> None:
     """Run the Faust normalization worker (Ctrl-C / SIGTERM to stop)."""
     from service.app import run_worker
-    from service.config import load_config
+    from service.config import SecretRedactor, load_config
 
     try:
         cfg = load_config(config)
     except ConfigError as exc:
         raise _config_error(exc) from exc
+    SecretRedactor(cfg.secret_values()).install()
     code = run_worker(cfg, web_port=web_port)
     if code:
         raise typer.Exit(code)
@@ -249,7 +255,12 @@ def up(
 @app.command()
 def tail(
     topic: Annotated[str, typer.Argument(help="Topic to print.")],
-    bootstrap: Annotated[str, typer.Option("--bootstrap", help="Broker host:port.")] = "127.0.0.1:9092",
+    bootstrap: Annotated[
+        str | None, typer.Option("--bootstrap", help="Broker host:port (default: the config's, else 127.0.0.1:9092).")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="Take the broker and its SASL/TLS settings from this pipeline YAML.")
+    ] = None,
     from_beginning: Annotated[bool, typer.Option("--from-beginning", help="Start at the earliest offset.")] = False,
     max_records: Annotated[int | None, typer.Option("--max", help="Stop after N records.")] = None,
     idle_timeout: Annotated[float | None, typer.Option("--idle-timeout", help="Stop after S seconds without records.")] = None,
@@ -257,9 +268,22 @@ def tail(
     """Print the records of a topic as JSON lines: topic, partition, offset, key, value, headers."""
     from service.tail import tail_topic
 
+    kafka: dict[str, Any] = {"bootstrap.servers": "127.0.0.1:9092"}
+    if config is not None:
+        from service.config import SecretRedactor, load_config
+
+        try:
+            cfg = load_config(config, check_formats=False)
+        except ConfigError as exc:
+            raise _config_error(exc) from exc
+        SecretRedactor(cfg.secret_values()).install()
+        kafka = cfg.broker.librdkafka()
+        kafka.pop("client.id", None)
+    if bootstrap is not None:
+        kafka["bootstrap.servers"] = bootstrap
     out = sys.stdout.buffer
     try:
-        for line in tail_topic(topic, bootstrap, from_beginning=from_beginning, max_records=max_records,
+        for line in tail_topic(topic, kafka, from_beginning=from_beginning, max_records=max_records,
                                idle_timeout_s=idle_timeout):
             out.write(line + b"\n")
             out.flush()

@@ -1,10 +1,18 @@
 """The pipeline configuration: a YAML file validated into typed models at start-up.
 
-Every section forbids unknown keys. A bad setting stops start-up with a
+Every section forbids unknown keys (the ``sink:`` section too, through
+:class:`sink.config.SinkConfig`). A bad setting stops start-up with a
 :class:`~transforms.errors.ConfigError` that names the YAML key path (``topics[1].format``),
 the value and the reason. Secrets (``broker.sasl_password``, ``broker.ssl_password``,
-``redis.password``) may be given literally, as ``${ENV_VAR}`` or as ``file:/path``; they are
-held as :class:`pydantic.SecretStr` and never printed.
+``redis.password``, ``redis.ssl_password``) may be given literally, as ``${ENV_VAR}`` or as
+``file:/path``; they are held as :class:`pydantic.SecretStr` and never printed: the value of
+an error on a secret-looking key is masked (``***``), passwords inside URLs are masked, and
+:class:`SecretRedactor` replaces resolved secret values in every log record.
+
+The settings reach the clients through :meth:`BrokerConfig.librdkafka` (confluent-kafka: the
+sink, ``tail``), :meth:`BrokerConfig.faust_credentials` / :meth:`BrokerConfig.aiokafka_auth`
+(the Faust worker's aiokafka clients) and :meth:`RedisConfig.client_kwargs`
+(``service.state.connect_redis``).
 
 >>> cfg = PipelineConfig.model_validate({"topics": [{"name": "src", "format": "canal-json"}]})
 >>> cfg.topics[0].output_dlq_topic(cfg.topic_prefix)
@@ -13,12 +21,15 @@ held as :class:`pydantic.SecretStr` and never printed.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import string
+from collections.abc import Iterable, Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -27,12 +38,17 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    SerializerFunctionWrapHandler,
     ValidationError,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
 from transforms.errors import ConfigError
+
+if TYPE_CHECKING:
+    import ssl
 
 __all__ = [
     "BrokerConfig",
@@ -41,18 +57,31 @@ __all__ = [
     "RedisConfig",
     "RowStateConfig",
     "SaslMechanism",
+    "SecretRedactor",
     "SecurityProtocol",
     "TopicEntry",
     "WebConfig",
     "WorkerConfig",
+    "is_secret_key",
     "load_config",
+    "mask_secrets",
+    "mask_url",
     "parse_config",
     "resolve_secret",
 ]
 
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _TEMPLATE_FIELDS = frozenset({"prefix", "db", "schema", "table"})
-_SECRET_KEYS = ("password", "secret")
+# Key names whose values are secrets: masked in errors, resolved from ${ENV}/file: in the sink's
+# passthrough maps. Matched anywhere in a key path (over-masking is harmless), typos included
+# (`sasl_pasword` is an unknown key whose value is still a password).
+_SECRET_KEY = re.compile(
+    r"pass|pa?s+w|pwd|(^|[._-])pw($|[._-])|secret|token|credential|salt|jaas"
+    r"|private[._-]?key|api[._-]?key|access[._-]?key",
+    re.IGNORECASE,
+)
+_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:@/\s]*):(?P<pw>[^@/\s]+)@")
+MASK = "***"
 
 
 def resolve_secret(value: Any) -> Any:
@@ -78,11 +107,131 @@ def resolve_secret(value: Any) -> Any:
     return value
 
 
+def _is_reference(value: Any) -> bool:
+    return isinstance(value, str) and value.startswith(("${", "file:"))
+
+
+def is_secret_key(path: str) -> bool:
+    """True when a key path looks like it holds a secret (password, token, salt, ...).
+
+    >>> is_secret_key("broker.sasl_password"), is_secret_key("sink.spark_conf.spark.hadoop.fs.s3a.secret.key")
+    (True, True)
+    >>> is_secret_key("topics[0].options.key.columns")
+    False
+    """
+    return _SECRET_KEY.search(path) is not None
+
+
+def mask_url(text: str) -> str:
+    """``text`` with the password of every ``scheme://user:password@`` replaced by ``***``.
+
+    >>> mask_url("rediss://app:hunter2@cache:6380/0")
+    'rediss://app:***@cache:6380/0'
+    """
+    return _URL_PASSWORD.sub(lambda m: f"{m.group('head')}:{MASK}@", text)
+
+
+def mask_secrets(path: str, value: Any) -> Any:
+    """``value`` (found at key ``path``) safe to print: secrets become ``***``.
+
+    Values under a secret-looking key are masked unless they are a ``${ENV}`` or ``file:``
+    reference (those name where the secret is, which is what an error must show); mappings
+    and lists are masked recursively; passwords inside URLs are masked everywhere.
+
+    >>> mask_secrets("broker", {"sasl_username": "u", "sasl_password": "pw", "ssl_password": "${KEY_PW}"})
+    {'sasl_username': 'u', 'sasl_password': '***', 'ssl_password': '${KEY_PW}'}
+    """
+    if value is None or (isinstance(value, bool | int | float) and not is_secret_key(path)):
+        return value
+    if isinstance(value, SecretStr):
+        return MASK
+    if isinstance(value, dict):
+        return {k: mask_secrets(f"{path}.{k}" if path else str(k), v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [mask_secrets(f"{path}[{i}]", v) for i, v in enumerate(value)]
+    if is_secret_key(path):
+        return value if _is_reference(value) else MASK
+    if isinstance(value, str):
+        return mask_url(value)
+    return value
+
+
 Secret = Annotated[SecretStr, BeforeValidator(resolve_secret)]
+# Not secret, but usually delivered with the secret (e.g. a Kubernetes Secret's `username`).
+Resolved = Annotated[str, BeforeValidator(resolve_secret)]
+
+
+class SecretRedactor:
+    """Replaces known secret values with ``***`` in every log record built in this process.
+
+    A defence in depth: nothing in cdcnorm logs a secret on purpose, but a library might log
+    a client configuration or echo a credential in an error. :meth:`install` wraps the
+    logging record factory, so it covers every logger and every handler (also ones set up
+    later, e.g. by Faust), at every level. Values shorter than 4 characters are not
+    redacted (they would mangle ordinary text).
+
+    >>> redactor = SecretRedactor(["hunter2"])
+    >>> redactor.redact("login with hunter2 failed")
+    'login with *** failed'
+    """
+
+    _installed: SecretRedactor | None = None
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self.secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
+
+    def redact(self, text: str) -> str:
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, MASK)
+        return text
+
+    def install(self) -> None:
+        """Redact records of this process from now on (idempotent; adds to earlier secrets)."""
+        current = SecretRedactor._installed
+        if current is not None:
+            current.secrets = sorted(set(current.secrets) | set(self.secrets), key=len, reverse=True)
+            return
+        SecretRedactor._installed = self
+        previous = logging.getLogRecordFactory()
+
+        def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = previous(*args, **kwargs)
+            self._scrub(record)
+            return record
+
+        logging.setLogRecordFactory(factory)
+
+    def _scrub(self, record: logging.LogRecord) -> None:
+        if not self.secrets:
+            return
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string: leave it to the handler to report
+            return
+        clean = self.redact(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and record.exc_info[1] is not None:
+            text = logging.Formatter().formatException(record.exc_info)
+            clean = self.redact(text)
+            if clean != text:
+                record.exc_text = clean
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def __repr_args__(self) -> Any:
+        # repr()/str() mask secret-looking keys inside free-form maps (options, transforms,
+        # sink) and passwords in URLs; SecretStr fields mask themselves.
+        for name, value in super().__repr_args__():
+            yield name, (mask_secrets(str(name), value) if isinstance(value, dict | list | str) else value)
+
+    @model_serializer(mode="wrap", when_used="json")
+    def _masked_json(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # JSON dumps are for printing: mask like repr (python-mode dumps stay data)
+        return mask_secrets("", handler(self))
 
 
 class SecurityProtocol(StrEnum):
@@ -110,17 +259,25 @@ class ErrorPolicy(StrEnum):
 
 
 class BrokerConfig(_Section):
-    """Where the Kafka cluster is and how to authenticate to it."""
+    """Where the Kafka cluster is and how to authenticate to it (SASL and/or TLS).
+
+    ``security_protocol`` decides what is used: ``SSL`` and ``SASL_SSL`` verify the broker
+    certificate (against ``ssl_cafile``, else the system CA bundle) and may present a client
+    certificate; ``SASL_*`` needs ``sasl_mechanism``, ``sasl_username`` and ``sasl_password``.
+    Settings that the protocol would ignore are rejected, so a config never looks more
+    secure than it is.
+    """
 
     bootstrap_servers: list[str] = Field(default_factory=lambda: ["127.0.0.1:9092"], min_length=1)
     security_protocol: SecurityProtocol = SecurityProtocol.PLAINTEXT
     sasl_mechanism: SaslMechanism | None = None
-    sasl_username: str | None = None
+    sasl_username: Resolved | None = None
     sasl_password: Secret | None = None
     ssl_cafile: Path | None = None
     ssl_certfile: Path | None = None
     ssl_keyfile: Path | None = None
-    ssl_password: Secret | None = None
+    ssl_password: Secret | None = Field(None, description="Password of an encrypted ssl_keyfile.")
+    ssl_check_hostname: bool = Field(True, description="Check that the broker certificate names the host.")
     client_id: str = "cdcnorm"
     session_timeout_s: float = Field(
         10.0, gt=0, description="Consumer-group session timeout; joins take about half of it on Tansu."
@@ -151,46 +308,159 @@ class BrokerConfig(_Section):
         return value
 
     @model_validator(mode="after")
-    def _sasl_complete(self) -> BrokerConfig:
-        if self.security_protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL):
+    def _consistent(self) -> BrokerConfig:
+        protocol = self.security_protocol
+        sasl = protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL)
+        tls = protocol in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL)
+        if sasl:
             if self.sasl_mechanism is None:
-                raise ValueError(f"sasl_mechanism is required with security_protocol {self.security_protocol}")
+                raise ValueError(f"sasl_mechanism is required with security_protocol {protocol}")
             if not self.sasl_username or self.sasl_password is None:
                 raise ValueError("sasl_username and sasl_password are required with SASL")
+        else:
+            given = [k for k in ("sasl_mechanism", "sasl_username", "sasl_password") if getattr(self, k) is not None]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} set but security_protocol is {protocol}: use SASL_SSL or SASL_PLAINTEXT"
+                )
+        if not tls:
+            given = [k for k in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password") if getattr(self, k) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} set but security_protocol is {protocol}: use SSL or SASL_SSL")
+        if self.ssl_keyfile is not None and self.ssl_certfile is None:
+            raise ValueError("ssl_keyfile needs ssl_certfile (the client certificate)")
+        if self.ssl_password is not None and self.ssl_certfile is None:
+            raise ValueError("ssl_password needs ssl_certfile/ssl_keyfile (it unlocks the client key)")
         return self
 
     @property
     def bootstrap(self) -> str:
         return ",".join(self.bootstrap_servers)
 
+    @property
+    def uses_tls(self) -> bool:
+        return self.security_protocol in (SecurityProtocol.SSL, SecurityProtocol.SASL_SSL)
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.security_protocol in (SecurityProtocol.SASL_PLAINTEXT, SecurityProtocol.SASL_SSL)
+
+    def describe_security(self) -> str:
+        """A printable summary without secrets, e.g. ``SASL_SSL SCRAM-SHA-512 user=cdcnorm``."""
+        parts = [self.security_protocol.value]
+        if self.uses_sasl and self.sasl_mechanism is not None:
+            parts += [self.sasl_mechanism.value, f"user={self.sasl_username}"]
+        if self.uses_tls:
+            parts.append(f"ca={self.ssl_cafile or 'system'}")
+            if self.ssl_certfile:
+                parts.append("client-cert")
+            if not self.ssl_check_hostname:
+                parts.append("no-hostname-check")
+        return " ".join(parts)
+
     def librdkafka(self) -> dict[str, Any]:
-        """The same settings for a confluent-kafka client (admin, tail, `up`)."""
+        """The same settings for a confluent-kafka client (the sink, ``tail``, admin)."""
         conf: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap,
             "security.protocol": self.security_protocol.value,
             "client.id": self.client_id,
         }
-        if self.sasl_mechanism is not None:
+        if self.uses_sasl and self.sasl_mechanism is not None:
             conf["sasl.mechanism"] = self.sasl_mechanism.value
             conf["sasl.username"] = self.sasl_username
             conf["sasl.password"] = self.sasl_password.get_secret_value() if self.sasl_password else None
-        if self.ssl_cafile:
-            conf["ssl.ca.location"] = str(self.ssl_cafile)
-        if self.ssl_certfile:
-            conf["ssl.certificate.location"] = str(self.ssl_certfile)
-        if self.ssl_keyfile:
-            conf["ssl.key.location"] = str(self.ssl_keyfile)
-        if self.ssl_password:
-            conf["ssl.key.password"] = self.ssl_password.get_secret_value()
+        if self.uses_tls:
+            if self.ssl_cafile:
+                conf["ssl.ca.location"] = str(self.ssl_cafile)
+            if self.ssl_certfile:
+                conf["ssl.certificate.location"] = str(self.ssl_certfile)
+            if self.ssl_keyfile:
+                conf["ssl.key.location"] = str(self.ssl_keyfile)
+            if self.ssl_password:
+                conf["ssl.key.password"] = self.ssl_password.get_secret_value()
+            conf["ssl.endpoint.identification.algorithm"] = "https" if self.ssl_check_hostname else "none"
         return conf
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The TLS context of the aiokafka clients (None without TLS).
+
+        Raises ConfigError (key ``broker.ssl_certfile``) when the client certificate or key
+        cannot be loaded, e.g. a wrong ``ssl_password``; the message never holds the password.
+        """
+        if not self.uses_tls:
+            return None
+        import ssl
+
+        context = ssl.create_default_context(cafile=str(self.ssl_cafile) if self.ssl_cafile else None)
+        context.check_hostname = self.ssl_check_hostname
+        if self.ssl_certfile:
+            try:
+                context.load_cert_chain(
+                    str(self.ssl_certfile),
+                    str(self.ssl_keyfile) if self.ssl_keyfile else None,
+                    self.ssl_password.get_secret_value() if self.ssl_password else None,
+                )
+            except (ssl.SSLError, OSError) as exc:
+                raise ConfigError(
+                    "broker.ssl_certfile", str(self.ssl_certfile), f"cannot load the client certificate/key: {exc}"
+                ) from None
+        return context
+
+    def aiokafka_auth(self) -> dict[str, Any]:
+        """Keyword arguments of an aiokafka client (``AIOKafkaConsumer(**auth, ...)``)."""
+        auth: dict[str, Any] = {"security_protocol": self.security_protocol.value}
+        if self.uses_tls:
+            auth["ssl_context"] = self.ssl_context()
+        if self.uses_sasl and self.sasl_mechanism is not None:
+            auth["sasl_mechanism"] = self.sasl_mechanism.value
+            auth["sasl_plain_username"] = self.sasl_username
+            auth["sasl_plain_password"] = self.sasl_password.get_secret_value() if self.sasl_password else None
+        return auth
+
+    def faust_credentials(self) -> Any:
+        """Faust's ``broker_credentials`` for this config, or None for PLAINTEXT.
+
+        Faust turns them into the same aiokafka arguments as :meth:`aiokafka_auth`
+        (``faust.transport.drivers.aiokafka.credentials_to_aiokafka_auth``).
+        """
+        if self.security_protocol is SecurityProtocol.PLAINTEXT:
+            return None
+        import faust
+
+        context = self.ssl_context()
+        if not self.uses_sasl:
+            return faust.SSLCredentials(context)
+        return faust.SASLCredentials(
+            username=self.sasl_username,
+            password=self.sasl_password.get_secret_value() if self.sasl_password else None,
+            ssl_context=context,
+            mechanism=self.sasl_mechanism.value if self.sasl_mechanism else None,
+        )
+
+    def secret_values(self) -> Iterator[str]:
+        for secret in (self.sasl_password, self.ssl_password):
+            if secret is not None:
+                yield secret.get_secret_value()
 
 
 class RedisConfig(_Section):
-    """The Redis instance holding shared decoder metadata and row state."""
+    """The Redis instance holding shared decoder metadata and row state.
+
+    AUTH: ``password`` alone (``requirepass``) or ``username`` + ``password`` (Redis 6 ACL).
+    TLS: a ``rediss://`` URL, verified against ``ssl_cafile`` (else the system CA bundle), with
+    an optional client certificate (``ssl_certfile`` + ``ssl_keyfile``). The password belongs
+    in ``password`` (``${ENV}`` or ``file:``), never in the URL.
+    """
 
     url: str = "redis://127.0.0.1:6379/0"
     key_prefix: str = "cdcnorm:"
+    username: Resolved | None = Field(None, description="ACL user (Redis 6+); default: the `default` user.")
     password: Secret | None = None
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_password: Secret | None = Field(None, description="Password of an encrypted ssl_keyfile.")
+    ssl_check_hostname: bool = Field(True, description="Check that the server certificate names the host.")
     socket_timeout_s: float = Field(2.0, gt=0)
     metadata_cache_ttl_s: float = Field(
         30.0, ge=0, description="How long a metadata document read from Redis is reused in-process."
@@ -201,7 +471,87 @@ class RedisConfig(_Section):
     def _scheme(cls, value: str) -> str:
         if not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("expected a redis://, rediss:// or unix:// URL")
+        try:
+            password = urlsplit(value).password
+        except ValueError as exc:
+            raise ValueError(f"not a valid URL: {exc}") from None
+        if password:
+            raise ValueError("the URL holds a password: put it in redis.password (${ENV_VAR} or file:/path)")
         return value
+
+    @field_validator("ssl_cafile", "ssl_certfile", "ssl_keyfile")
+    @classmethod
+    def _exists(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_file():
+            raise ValueError(f"file {value} does not exist")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RedisConfig:
+        if not self.uses_tls:
+            given = [k for k in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_password") if getattr(self, k) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} set but the url is not rediss://")
+        if (self.ssl_keyfile is None) != (self.ssl_certfile is None):
+            raise ValueError("ssl_certfile and ssl_keyfile go together (the client certificate and its key)")
+        if self.username is not None:
+            if self.password is None:
+                raise ValueError("username needs a password")
+            if urlsplit(self.url).username:
+                raise ValueError("the user is given twice: in the url and in username")
+        return self
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.url.startswith("rediss://")
+
+    @property
+    def display_url(self) -> str:
+        """The URL, safe to print."""
+        return mask_url(self.url)
+
+    def describe_security(self) -> str:
+        """A printable summary without secrets, e.g. ``auth=acl user=app tls ca=/etc/ca.pem``."""
+        user = self.username or urlsplit(self.url).username
+        if self.password is None:
+            parts = ["auth=none"]
+        else:
+            parts = ["auth=acl", f"user={user}"] if user else ["auth=password"]
+        if self.uses_tls:
+            parts += ["tls", f"ca={self.ssl_cafile or 'system'}"]
+            if self.ssl_certfile:
+                parts.append("client-cert")
+            if not self.ssl_check_hostname:
+                parts.append("no-hostname-check")
+        return " ".join(parts)
+
+    def client_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of ``redis.Redis.from_url(self.url, **kwargs)``: AUTH, TLS, timeouts."""
+        kwargs: dict[str, Any] = {
+            "socket_timeout": self.socket_timeout_s,
+            "socket_connect_timeout": self.socket_timeout_s,
+        }
+        if self.password is not None:
+            kwargs["password"] = self.password.get_secret_value()
+        if self.username is not None:
+            kwargs["username"] = self.username
+        if self.uses_tls:
+            kwargs["ssl_cert_reqs"] = "required"
+            kwargs["ssl_check_hostname"] = self.ssl_check_hostname
+            if self.ssl_cafile:
+                kwargs["ssl_ca_certs"] = str(self.ssl_cafile)
+            if self.ssl_certfile:
+                kwargs["ssl_certfile"] = str(self.ssl_certfile)
+            if self.ssl_keyfile:
+                kwargs["ssl_keyfile"] = str(self.ssl_keyfile)
+            if self.ssl_password:
+                kwargs["ssl_password"] = self.ssl_password.get_secret_value()
+        return kwargs
+
+    def secret_values(self) -> Iterator[str]:
+        for secret in (self.password, self.ssl_password):
+            if secret is not None:
+                yield secret.get_secret_value()
 
 
 class WebConfig(_Section):
@@ -324,7 +674,9 @@ class PipelineConfig(_Section):
     web: WebConfig = Field(default_factory=WebConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
     topics: list[TopicEntry] = Field(min_length=1)
-    sink: dict[str, Any] | None = Field(None, description="Reserved for the lakehouse sink (not used by the worker).")
+    sink: dict[str, Any] | None = Field(
+        None, description="The Iceberg sink (sink.config.SinkConfig); checked by parse_config, not used by the worker."
+    )
 
     @field_validator("topic_prefix")
     @classmethod
@@ -366,6 +718,13 @@ class PipelineConfig(_Section):
                 return entry
         return None
 
+    def secret_values(self) -> list[str]:
+        """Every resolved secret of this config (for :class:`SecretRedactor`), sink's included."""
+        values = [*self.broker.secret_values(), *self.redis.secret_values()]
+        if self.sink:
+            values += [v for _, v in _sink_secret_items(resolve_sink_secrets(self.sink)) if isinstance(v, str)]
+        return values
+
     def summary(self) -> list[dict[str, Any]]:
         """One row per topic entry, for ``cdcnorm validate-config``."""
         return [
@@ -406,17 +765,10 @@ def _lookup(raw: Any, loc: tuple[Any, ...]) -> Any:
     return node
 
 
-def _masked(path: str, value: Any) -> Any:
-    last = path.rsplit(".", 1)[-1].lower()
-    if any(k in last for k in _SECRET_KEYS) and value is not None:
-        return value if isinstance(value, str) and (value.startswith(("${", "file:"))) else "***"
-    return value
-
-
-def _from_validation(exc: ValidationError, raw: Any) -> ConfigError:
+def _from_validation(exc: ValidationError, raw: Any, prefix: tuple[Any, ...] = ()) -> ConfigError:
     err = exc.errors()[0]
     loc = tuple(err.get("loc", ()))
-    path = _path(loc)
+    path = _path(prefix + loc)
     value = _lookup(raw, loc) if loc else raw
     if value is None:
         value = err.get("input")
@@ -426,7 +778,53 @@ def _from_validation(exc: ValidationError, raw: Any) -> ConfigError:
     elif err.get("type") == "missing":
         reason = "required key is missing"
     reason = reason.removeprefix("Value error, ")
-    return ConfigError(path, _masked(path, value), reason)
+    return ConfigError(path, mask_secrets(path, value), mask_url(reason))
+
+
+# The sink's passthrough maps: values under secret-looking keys may be ${ENV} or file: references.
+_SINK_SECRET_MAPS = (("catalog", "properties"), ("spark_conf",))
+
+
+def _sink_secret_items(section: dict[str, Any]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    for where in _SINK_SECRET_MAPS:
+        node: Any = section
+        for part in where:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if is_secret_key(str(key)):
+                    yield (*where, str(key)), value
+
+
+def resolve_sink_secrets(section: dict[str, Any]) -> dict[str, Any]:
+    """The ``sink:`` section with ``${ENV}``/``file:`` references resolved in the values of
+    secret-looking keys of ``catalog.properties`` and ``spark_conf`` (e.g. ``credential``,
+    ``token``, ``spark.hadoop.fs.s3a.secret.key``). Other values, such as a ``file:/`` warehouse,
+    are left alone. ConfigError names the key, never the secret.
+    """
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in section.items()}
+    if isinstance(out.get("catalog"), dict) and isinstance(out["catalog"].get("properties"), dict):
+        out["catalog"]["properties"] = dict(out["catalog"]["properties"])
+    for where, value in list(_sink_secret_items(out)):
+        node = out
+        for part in where[:-1]:
+            node = node[part]
+        try:
+            node[where[-1]] = resolve_secret(value)
+        except ValueError as exc:
+            path = "sink." + ".".join(where)
+            raise ConfigError(path, mask_secrets(path, value), str(exc)) from None
+    return out
+
+
+def _check_sink(section: dict[str, Any]) -> Any:
+    """Validate the ``sink:`` section (unknown keys, bad values) with ``sink.``-prefixed paths."""
+    from sink.config import SinkConfig
+
+    try:
+        return SinkConfig.model_validate(section)
+    except ValidationError as exc:
+        raise _from_validation(exc, section, ("sink",)) from None
 
 
 def _check_entry(index: int, entry: TopicEntry, prefix: str) -> None:
@@ -438,8 +836,9 @@ def _check_entry(index: int, entry: TopicEntry, prefix: str) -> None:
         create_decoder(entry.format, entry.options)
     except ConfigError as exc:
         if exc.key == "format" and exc.value == entry.format:
-            raise ConfigError(f"{where}.format", entry.format, exc.reason) from exc
-        raise ConfigError(f"{where}.options.{exc.key}", exc.value, exc.reason) from exc
+            raise ConfigError(f"{where}.format", entry.format, exc.reason) from None
+        key = f"{where}.options.{exc.key}"
+        raise ConfigError(key, mask_secrets(key, exc.value), exc.reason) from None
     if entry.transforms:
         from transforms.envelope import EmitOptions
 
@@ -460,7 +859,8 @@ def build_chain_checked(specs: list[dict[str, Any]], where: str, emit_options: A
         return build_chain(specs, emit_options=emit_options)
     except ConfigError as exc:
         key = exc.key if exc.key.startswith("transforms") else f"transforms.{exc.key}"
-        raise ConfigError(f"{where}.{key}", exc.value, exc.reason) from exc
+        path = f"{where}.{key}"
+        raise ConfigError(path, mask_secrets(path, exc.value), exc.reason) from None
 
 
 def parse_config(raw: Any, *, check_formats: bool = True) -> PipelineConfig:
@@ -471,10 +871,21 @@ def parse_config(raw: Any, *, check_formats: bool = True) -> PipelineConfig:
         config = PipelineConfig.model_validate(raw)
     except ValidationError as exc:
         raise _from_validation(exc, raw) from None
+    if config.sink is not None:
+        _check_sink(resolve_sink_secrets(config.sink))
     if check_formats:
         for index, entry in enumerate(config.topics):
             _check_entry(index, entry, config.topic_prefix)
     return config
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """The YAML error without the excerpt of the document (which may hold a secret)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        context = f"{exc.context}, " if exc.context else ""
+        return f"{context}{exc.problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return type(exc).__name__
 
 
 def load_config(path: str | Path, *, check_formats: bool = True) -> PipelineConfig:
@@ -487,5 +898,5 @@ def load_config(path: str | Path, *, check_formats: bool = True) -> PipelineConf
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError("<file>", str(p), f"not valid YAML: {exc}") from exc
+        raise ConfigError("<file>", str(p), f"not valid YAML: {_yaml_problem(exc)}") from None
     return parse_config(raw if raw is not None else {}, check_formats=check_formats)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -38,7 +38,7 @@ def record_json(msg: Any) -> bytes:
 
 def tail_topic(
     topic: str,
-    bootstrap: str,
+    bootstrap: str | Mapping[str, Any],
     *,
     from_beginning: bool = False,
     max_records: int | None = None,
@@ -46,12 +46,14 @@ def tail_topic(
 ) -> Iterator[bytes]:
     """Yield records of every partition of ``topic``; partitions are assigned directly (no group
     join), so the first record shows up at once. Stops after ``max_records`` or ``idle_timeout_s``.
+    ``bootstrap`` is ``host:port`` or librdkafka settings (``BrokerConfig.librdkafka()``: SASL, TLS).
     """
     from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
 
+    settings = {"bootstrap.servers": bootstrap} if isinstance(bootstrap, str) else dict(bootstrap)
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **settings,
             "group.id": "cdcnorm-tail",
             "enable.auto.commit": False,
             "enable.partition.eof": False,

@@ -22,7 +22,14 @@ def crash_point(name: str) -> None:
     """Fault injection for the crash tests: SIGKILL this process at a named point.
 
     Active only when ``CDCNORM_CRASH_POINT`` names the point; ``CDCNORM_CRASH_AFTER=N`` skips
-    the first N-1 passes.
+    the first N-1 passes. With ``CDCNORM_CRASH_DELAY_MS=D`` the kill comes D ms later from a
+    timer thread while the sink goes on (e.g. in the middle of the MERGE that follows the
+    point). When the sink leads its own process group (started in a new session), the whole
+    group is killed, the Spark JVM included, as a machine crash would.
+
+    Points: ``mid-merge`` (inside the Iceberg commit callback, before the MERGE runs),
+    ``between-table-commits``, ``after-iceberg-commit`` (before the Kafka offset commit),
+    ``after-kafka-commit``.
     """
     if os.environ.get("CDCNORM_CRASH_POINT") != name:
         return
@@ -30,23 +37,48 @@ def crash_point(name: str) -> None:
     if remaining > 0:
         os.environ["CDCNORM_CRASH_AFTER"] = str(remaining)
         return
-    log.warning("crash point %s reached: killing the sink (test fault injection)", name)
+    del os.environ["CDCNORM_CRASH_POINT"]  # one crash per process
+    delay_ms = int(os.environ.get("CDCNORM_CRASH_DELAY_MS", "0"))
+    log.warning("crash point %s reached: killing the sink in %d ms (test fault injection)", name, delay_ms)
+    if delay_ms > 0:
+        import threading
+
+        timer = threading.Timer(delay_ms / 1000, _kill_self)
+        timer.daemon = True
+        timer.start()
+        return
+    _kill_self()
+
+
+def _kill_self() -> None:
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    if os.getpgrp() == os.getpid():
+        os.killpg(os.getpid(), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
 def load_sink_config(path: str | Path) -> tuple[SinkConfig, dict[str, Any]]:
-    """The sink section and the librdkafka settings of a pipeline config file."""
-    from service.config import load_config
+    """The sink section and the librdkafka settings of a pipeline config file.
 
-    pipeline = load_config(path, check_formats=False)
+    ``${ENV}``/``file:`` references under secret-looking keys of ``catalog.properties`` and
+    ``spark_conf`` are resolved, and every secret of the config is redacted from this
+    process's log records from now on (:class:`service.config.SecretRedactor`).
+    """
+    from service.config import SecretRedactor, load_config, mask_secrets, resolve_sink_secrets
+
+    pipeline = load_config(path, check_formats=False)  # also validates the sink section
     if pipeline.sink is None:
         raise ConfigError("sink", None, "the pipeline config has no `sink:` section")
+    SecretRedactor(pipeline.secret_values()).install()
+    section = resolve_sink_secrets(pipeline.sink)
     try:
-        sink = SinkConfig.model_validate(pipeline.sink)
+        sink = SinkConfig.model_validate(section)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err.get("loc", ()))
-        raise ConfigError(f"sink.{loc}" if loc else "sink", err.get("input"), err.get("msg", "invalid")) from None
+        key = f"sink.{loc}" if loc else "sink"
+        raise ConfigError(key, mask_secrets(key, err.get("input")), err.get("msg", "invalid")) from None
     return sink, pipeline.broker.librdkafka()
 
 
