@@ -22,20 +22,35 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 import redis
 
 from transforms.errors import StateStoreError
 
-__all__ = ["RedisMetadataStore", "RedisRowStateStore", "decode_row", "encode_row", "redis_client"]
+if TYPE_CHECKING:
+    from service.config import RedisConfig
+
+__all__ = [
+    "RedisMetadataStore",
+    "RedisRowStateStore",
+    "check_redis",
+    "connect_redis",
+    "decode_row",
+    "encode_row",
+    "redis_client",
+]
 
 T = TypeVar("T")
 
 
-def redis_client(url: str, password: str | None = None, socket_timeout_s: float = 2.0) -> redis.Redis:
-    """A synchronous client that fails fast when Redis is down."""
+def redis_client(url: str, password: str | None = None, socket_timeout_s: float = 2.0, **connection: Any) -> redis.Redis:
+    """A synchronous client that fails fast when Redis is down.
+
+    ``connection`` passes more ``redis.Redis`` arguments (``username``, ``ssl_*``); prefer
+    :func:`connect_redis`, which takes them all from the config.
+    """
     return redis.Redis.from_url(
         url,
         password=password,
@@ -43,7 +58,46 @@ def redis_client(url: str, password: str | None = None, socket_timeout_s: float 
         socket_connect_timeout=socket_timeout_s,
         retry_on_timeout=False,
         health_check_interval=30,
+        **connection,
     )
+
+
+def connect_redis(config: RedisConfig) -> redis.Redis:
+    """The client for ``config``: AUTH (password, ACL user) and TLS (``rediss://``, CA, client
+    certificate) from the config, timeouts that fail fast. Connects lazily, on the first call.
+    """
+    kwargs = config.client_kwargs()
+    password = kwargs.pop("password", None)
+    timeout = kwargs.pop("socket_timeout")
+    kwargs.pop("socket_connect_timeout", None)
+    return redis_client(config.url, password, timeout, **kwargs)
+
+
+def check_redis(client: redis.Redis, config: RedisConfig) -> None:
+    """PING Redis once; StateStoreError that says what to check when it refuses us.
+
+    For a start-up check: a wrong password or CA otherwise only shows as a worker that never
+    gets ready. The message names the settings, never their values.
+    """
+    where = f"Redis at {config.display_url}"
+    try:
+        client.ping()
+    except redis.AuthenticationError as exc:
+        user = config.username or "default"
+        raise StateStoreError(
+            f"{where} rejected the credentials of user {user!r} ({exc}): check redis.username and redis.password"
+        ) from None
+    except redis.exceptions.NoPermissionError as exc:
+        raise StateStoreError(f"{where}: the ACL user may not run PING ({exc})") from None
+    except redis.ConnectionError as exc:
+        text = str(exc)
+        if config.uses_tls and ("ssl" in text.lower() or "certificate" in text.lower()):
+            raise StateStoreError(
+                f"TLS with {where} failed ({text}): check redis.ssl_cafile, ssl_certfile/ssl_keyfile and ssl_check_hostname"
+            ) from None
+        raise StateStoreError(f"{where} does not answer: {type(exc).__name__}: {text}") from None
+    except redis.RedisError as exc:
+        raise StateStoreError(f"{where} failed: {type(exc).__name__}: {exc}") from None
 
 
 class _RedisCalls:
