@@ -21,17 +21,19 @@ from __future__ import annotations
 from typing import Any
 
 from transforms.connect import Column, ConnectType, Logical
-from transforms.decoders.base import Decoder, Message
-from transforms.decoders.schemaless_json import (
+from transforms.decoders.base import Decoder, Message, type_name
+from transforms.decoders.fields import (
+    duplicate,
     optional_int,
+    optional_scalar,
     optional_str,
     padded_sequence,
     required_str,
     string_list,
-    table_schema,
 )
+from transforms.decoders.schemaless_json import table_schema
 from transforms.envelope import ChangeEvent, Event, Operation, SchemaChangeEvent, SourceInfo
-from transforms.values import UNAVAILABLE, CoercionError, b64decode
+from transforms.values import CoercionError, b64decode
 
 __all__ = ["AliyunJsonDecoder"]
 
@@ -84,7 +86,7 @@ class AliyunJsonDecoder(Decoder):
         payload = message.value
         body = doc.get("payload")
         if not isinstance(body, dict):
-            raise self.error("payload", f"expected an object, found {_kind(body)}", payload)
+            raise self.error("payload", f"expected an object, found {type_name(body)}", payload)
         op_name = required_str(self, body, "op", payload, where="payload.")
         if op_name in _NO_CHANGE:
             return []
@@ -93,10 +95,10 @@ class AliyunJsonDecoder(Decoder):
             raise self.error("payload.op", f"unknown op {op_name!r}; expected one of {known}", payload)
         schema = doc.get("schema")
         if not isinstance(schema, dict):
-            raise self.error("schema", f"expected an object, found {_kind(schema)}", payload)
+            raise self.error("schema", f"expected an object, found {type_name(schema)}", payload)
         source_doc = schema.get("source")
         if not isinstance(source_doc, dict):
-            raise self.error("schema.source", f"expected an object, found {_kind(source_doc)}", payload)
+            raise self.error("schema.source", f"expected an object, found {type_name(source_doc)}", payload)
         db = optional_str(self, source_doc, "dbName", payload, where="schema.source.") or None
         schema_name = optional_str(self, source_doc, "schemaName", payload, where="schema.source.") or None
         table = required_str(self, source_doc, "tableName", payload, where="schema.source.")
@@ -146,16 +148,19 @@ class AliyunJsonDecoder(Decoder):
     def _columns(self, schema: dict[str, Any], payload: bytes) -> tuple[Column, ...]:
         raw = schema.get("dataColumn")
         if not isinstance(raw, list):
-            raise self.error("schema.dataColumn", f"expected a list of columns, found {_kind(raw)}", payload)
+            raise self.error("schema.dataColumn", f"expected a list of columns, found {type_name(raw)}", payload)
         columns = []
         for i, spec in enumerate(raw):
             where = f"schema.dataColumn[{i}]."
             if not isinstance(spec, dict):
-                raise self.error(where[:-1], f"expected a column object, found {_kind(spec)}", payload)
+                raise self.error(where[:-1], f"expected a column object, found {type_name(spec)}", payload)
             name = required_str(self, spec, "name", payload, where=where)
             kind = required_str(self, spec, "type", payload, where=where).upper()
             ctype, logical = _TYPES.get(kind, (ConnectType.STRING, None))
             columns.append(Column(name, ctype, logical=logical, source_type=kind))
+        twice = duplicate(c.name for c in columns)
+        if twice is not None:
+            raise self.error("schema.dataColumn", f"column {twice!r} is listed twice", payload)
         return tuple(columns)
 
     def _image(
@@ -167,24 +172,21 @@ class AliyunJsonDecoder(Decoder):
         field = f"payload.{name}.dataColumn"
         values = raw.get("dataColumn") if isinstance(raw, dict) else None
         if not isinstance(values, dict):
-            raise self.error(field, f"expected an object of column values, found {_kind(values)}", payload)
-        unknown = [k for k in values if all(c.name != k for c in columns)]
+            raise self.error(field, f"expected an object of column values, found {type_name(values)}", payload)
+        names = {c.name for c in columns}
+        unknown = [k for k in values if k not in names]
         if unknown:
-            raise self.error(field, f"column(s) {unknown} not in schema.dataColumn", payload)
-        out: dict[str, Any] = {}
-        for col in columns:
-            if col.name not in values:
-                out[col.name] = UNAVAILABLE
-                continue
-            value = values[col.name]
-            if col.type is ConnectType.BYTES and isinstance(value, str):
-                try:
-                    out[col.name] = b64decode(value)
-                except CoercionError as exc:
-                    raise self.error(f"{field}.{col.name}", str(exc), payload) from exc
-                continue
-            out[col.name] = self.coerce(col, value, f"{field}.{col.name}", payload)
-        return out
+            raise self.error(field, f"column(s) {unknown[:10]} not in schema.dataColumn", payload)
+        return self.typed_row(columns, values, field, payload, self._value)
+
+    def _value(self, col: Column, value: Any, field: str, payload: bytes | str | None) -> Any:
+        """BYTES columns hold base64 text; other values are coerced."""
+        if col.type is ConnectType.BYTES and isinstance(value, str):
+            try:
+                return b64decode(value)
+            except CoercionError as exc:
+                raise self.error(field, str(exc), payload) from exc
+        return self.coerce(col, value, field, payload)
 
     def _source(
         self, body: dict[str, Any], source_doc: dict[str, Any], payload: bytes
@@ -192,19 +194,15 @@ class AliyunJsonDecoder(Decoder):
         """The source block and the sync task's processing time (ms)."""
         times = body.get("timestamp")
         if times is not None and not isinstance(times, dict):
-            raise self.error("payload.timestamp", f"expected an object, found {_kind(times)}", payload)
+            raise self.error("payload.timestamp", f"expected an object, found {type_name(times)}", payload)
         times = times or {}
         event_time = optional_int(self, times, "eventTime", payload, where="payload.timestamp.")
         system_time = optional_int(self, times, "systemTime", payload, where="payload.timestamp.")
         checkpoint = optional_int(self, times, "checkpointTime", payload, where="payload.timestamp.")
         fields: dict[str, Any] = {}
-        sequence_id = body.get("sequenceId")
+        sequence_id = optional_scalar(self, body, "sequenceId", payload, where="payload.")
         sequence: str | None = None
         if sequence_id is not None:
-            if isinstance(sequence_id, bool) or not isinstance(sequence_id, str | int):
-                raise self.error(
-                    "payload.sequenceId", f"expected a sequence number, found {sequence_id!r}", payload
-                )
             fields["sequence_id"] = str(sequence_id)
             sequence = padded_sequence(sequence_id, 24)
         if checkpoint is not None and checkpoint > 0:
@@ -221,6 +219,3 @@ class AliyunJsonDecoder(Decoder):
         )
         return source, system_time if system_time is not None and system_time > 0 else None
 
-
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__

@@ -172,12 +172,7 @@ class ArcionCsvDecoder(Decoder):
         data = message.value
         if data is None:
             return []
-        if len(data) > self.options.max_message_bytes:
-            raise self.error(
-                None,
-                f"message of {len(data)} bytes exceeds the limit of {self.options.max_message_bytes}",
-                data,
-            )
+        self.check_size(data)
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:

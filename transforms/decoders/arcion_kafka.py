@@ -20,7 +20,14 @@ from __future__ import annotations
 from typing import Any
 
 from transforms.decoders.base import Decoder, Message
-from transforms.decoders.connect_json import ConnectEnvelopeReader, FieldError, TableName, parse_json_key
+from transforms.decoders.connect_json import (
+    ConnectEnvelopeReader,
+    FieldError,
+    JsonLimits,
+    TableName,
+    parse_json_key,
+    read_connect_message,
+)
 from transforms.envelope import Event
 from transforms.metadata import MetadataStore
 from transforms.options import FormatOptions
@@ -38,31 +45,17 @@ class ArcionKafkaDecoder(Decoder):
 
     def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
         super().__init__(options, metadata)
-        self._reader = ConnectEnvelopeReader(FORMAT_ID)
+        self._limits = JsonLimits(self.options.max_message_bytes, self.options.max_json_depth)
+        self._reader = ConnectEnvelopeReader(FORMAT_ID, limits=self._limits)
 
     def decode(self, message: Message) -> list[Event]:
-        if message.value is None or message.value.strip() in (b"", b"null"):
-            return []
-        doc = self.load_json(message)
-        try:
-            return self._decode(doc, message)
-        except FieldError as exc:
-            raise self.error(exc.field, exc.reason, message.value) from exc
+        return read_connect_message(self, message, lambda schema, payload: self._decode(schema, payload, message))
 
-    def _decode(self, doc: dict[str, Any], message: Message) -> list[Event]:
-        schema: Any = None
-        payload: Any = doc
-        if "payload" in doc and set(doc) <= {"schema", "payload"}:
-            schema, payload = doc.get("schema"), doc["payload"]
-            if payload is None:
-                return []
-            if not isinstance(payload, dict):
-                raise FieldError("payload", f"expected an object, found {type(payload).__name__}")
-            if schema is not None and not isinstance(schema, dict):
-                raise FieldError("schema", f"expected an object or null, found {type(schema).__name__}")
+    def _decode(self, schema: Any, payload: dict[str, Any], message: Message) -> list[Event]:
         if "op" not in payload:
             raise FieldError("op", "expected an Arcion change record with 'op'")
         parts = [p for p in message.topic.split(".") if p]
         fallback = TableName(parts[-2] if len(parts) > 1 else None, None, parts[-1] if parts else None)
-        event = self._reader.read(payload, schema, key=parse_json_key(message.key), fallback=fallback)
+        key = parse_json_key(message.key, limits=self._limits)
+        event = self._reader.read(payload, schema, key=key, fallback=fallback)
         return [] if event is None else [event]

@@ -54,10 +54,12 @@ import orjson
 from pydantic import Field, field_validator
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
+from transforms.decoders.base import clip, coerce_checked
 from transforms.envelope import ChangeEvent, Operation, SnapshotMarker, SourceInfo
 from transforms.errors import DecodeError
+from transforms.jsonio import JsonLimitError, loads_limited
 from transforms.options import FormatOptions
-from transforms.values import UNAVAILABLE, CoercionError, coerce
+from transforms.values import UNAVAILABLE, CoercionError
 
 __all__ = [
     "COLUMNS_NAMESPACE",
@@ -304,7 +306,7 @@ class ArcionRowBuilder:
         self._tables: dict[tuple[str | None, str | None, str, tuple[str, ...]], TableSchema] = {}
 
     def error(self, field: str | None, reason: str, payload: bytes | str | None) -> DecodeError:
-        return DecodeError(self.format_id, field, reason, payload)
+        return DecodeError(self.format_id, clip(field, 200), clip(reason, 1000), payload)
 
     # -- tables ----------------------------------------------------------------------------------
 
@@ -350,7 +352,7 @@ class ArcionRowBuilder:
         if isinstance(raw, dict | list):
             raise self.error(field, f"expected a scalar value, found a JSON {type(raw).__name__}", payload)
         try:
-            return coerce(col, raw)
+            return coerce_checked(col, raw)
         except CoercionError as exc:
             raise self.error(field, str(exc), payload) from exc
 
@@ -420,8 +422,10 @@ class ArcionRowBuilder:
         if not isinstance(raw, str):
             raise self.error(field, f"expected a JSON object text, found {type(raw).__name__}", payload)
         try:
-            value = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
+            value = loads_limited(
+                raw, max_bytes=self.options.max_message_bytes, max_depth=self.options.max_json_depth
+            )
+        except JsonLimitError as exc:
             raise self.error(field, f"expected a JSON object, found invalid JSON ({exc})", payload) from exc
         if not isinstance(value, dict):
             raise self.error(field, f"expected a JSON object, found {type(value).__name__}", payload)

@@ -425,12 +425,7 @@ class AutoDecoder(Decoder):
         value = message.value
         if value is None:
             return None, None
-        if len(value) > self.options.max_message_bytes:
-            raise self.error(
-                None,
-                f"message of {len(value)} bytes exceeds the limit of {self.options.max_message_bytes}",
-                value,
-            )
+        self.check_size(value)
         text = value.strip()
         if text in (b"", b"null"):
             return None, None

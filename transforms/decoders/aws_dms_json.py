@@ -22,17 +22,17 @@ from typing import Any
 from pydantic import Field
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
-from transforms.decoders.base import Decoder, Message
-from transforms.decoders.schemaless_json import (
+from transforms.decoders.base import Decoder, Message, check_decimal_params, type_name
+from transforms.decoders.fields import (
     check_timestamp,
-    infer_columns,
     optional_int,
+    optional_scalar,
     optional_str,
     required_str,
     string_list,
-    table_schema,
-    typed_image,
 )
+from transforms.decoders.qlik_model import REPLICATE_TYPES
+from transforms.decoders.schemaless_json import infer_columns, table_schema, typed_image
 from transforms.envelope import (
     ChangeEvent,
     Event,
@@ -42,6 +42,7 @@ from transforms.envelope import (
     SourceInfo,
     TransactionRef,
 )
+from transforms.metadata import MetadataStore
 from transforms.options import FormatOptions
 
 __all__ = ["AwsDmsJsonDecoder", "AwsDmsJsonOptions"]
@@ -72,29 +73,12 @@ _FIELDS = (
     ("commit-timestamp", "commit_timestamp"),
     ("timestamp", "timestamp"),
 )
-# DMS data types (as in table-def) → Connect columns
+# DMS data types (as in table-def) → Connect columns: Replicate's types plus DMS's own spellings
 _DMS_TYPES: dict[str, tuple[ConnectType, str | None]] = {
-    "BOOLEAN": (ConnectType.BOOLEAN, None),
-    "INT1": (ConnectType.INT8, None),
-    "INT2": (ConnectType.INT16, None),
-    "INT4": (ConnectType.INT32, None),
-    "INT8": (ConnectType.INT64, None),
+    **REPLICATE_TYPES,
     "INT16": (ConnectType.INT16, None),
     "INT32": (ConnectType.INT32, None),
     "INT64": (ConnectType.INT64, None),
-    "UINT1": (ConnectType.INT16, None),
-    "UINT2": (ConnectType.INT32, None),
-    "UINT4": (ConnectType.INT64, None),
-    "REAL4": (ConnectType.FLOAT32, None),
-    "REAL8": (ConnectType.FLOAT64, None),
-    "STRING": (ConnectType.STRING, None),
-    "WSTRING": (ConnectType.STRING, None),
-    "CLOB": (ConnectType.STRING, None),
-    "NCLOB": (ConnectType.STRING, None),
-    "BYTES": (ConnectType.BYTES, None),
-    "BLOB": (ConnectType.BYTES, None),
-    "DATE": (ConnectType.INT32, Logical.DATE),
-    "TIME": (ConnectType.INT64, Logical.MICRO_TIME),
     "DATETIME": (ConnectType.INT64, Logical.MICRO_TIMESTAMP),
 }
 
@@ -123,6 +107,10 @@ class AwsDmsJsonDecoder(Decoder):
     )
     options_model = AwsDmsJsonOptions
 
+    def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
+        super().__init__(options, metadata)
+        self._opts = self.options_as(AwsDmsJsonOptions)
+
     def decode(self, message: Message) -> list[Event]:
         if message.value is None:
             return []
@@ -130,7 +118,7 @@ class AwsDmsJsonDecoder(Decoder):
         payload = message.value
         metadata = doc.get("metadata")
         if not isinstance(metadata, dict):
-            raise self.error("metadata", f"expected an object, found {_kind(metadata)}", payload)
+            raise self.error("metadata", f"expected an object, found {type_name(metadata)}", payload)
         record_type = required_str(self, metadata, "record-type", payload, where="metadata.")
         operation = required_str(self, metadata, "operation", payload, where="metadata.")
         if record_type == "data":
@@ -155,12 +143,12 @@ class AwsDmsJsonDecoder(Decoder):
     def _data(
         self, doc: dict[str, Any], metadata: dict[str, Any], op: Operation, payload: bytes
     ) -> ChangeEvent:
-        opts = self.options if isinstance(self.options, AwsDmsJsonOptions) else AwsDmsJsonOptions()
+        opts = self._opts
         schema = optional_str(self, metadata, "schema-name", payload, where="metadata.") or None
         table = required_str(self, metadata, "table-name", payload, where="metadata.")
         data = doc.get("data")
         if not isinstance(data, dict):
-            raise self.error("data", f"expected an object with the row, found {_kind(data)}", payload)
+            raise self.error("data", f"expected an object with the row, found {type_name(data)}", payload)
 
         prefix = opts.before_image_prefix
         row = data
@@ -170,7 +158,7 @@ class AwsDmsJsonDecoder(Decoder):
             prefixed = {k[len(prefix) :]: v for k, v in data.items() if k.startswith(prefix)}
         image = doc.get(opts.before_image_field)
         if image is not None and not isinstance(image, dict):
-            raise self.error(opts.before_image_field, f"expected an object, found {_kind(image)}", payload)
+            raise self.error(opts.before_image_field, f"expected an object, found {type_name(image)}", payload)
 
         before: dict[str, Any] | None = None
         after: dict[str, Any] | None = row
@@ -200,14 +188,9 @@ class AwsDmsJsonDecoder(Decoder):
         emitted_ms = check_timestamp(self, metadata.get("timestamp"), "metadata.timestamp", payload)
         fields: dict[str, Any] = {}
         for name, stable in _FIELDS:
-            value = metadata.get(name)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, str | int):
-                raise self.error(
-                    f"metadata.{name}", f"expected a string or integer, found {value!r}", payload
-                )
-            fields[stable] = value
+            value = optional_scalar(self, metadata, name, payload, where="metadata.")
+            if value is not None:
+                fields[stable] = value
         if control:
             fields["operation"] = metadata["operation"]
         return SourceInfo(
@@ -218,11 +201,9 @@ class AwsDmsJsonDecoder(Decoder):
         )
 
     def _transaction(self, metadata: dict[str, Any], payload: bytes) -> TransactionRef | None:
-        tx = metadata.get("transaction-id")
+        tx = optional_scalar(self, metadata, "transaction-id", payload, where="metadata.")
         if tx is None:
             return None
-        if isinstance(tx, bool) or not isinstance(tx, str | int):
-            raise self.error("metadata.transaction-id", f"expected a transaction id, found {tx!r}", payload)
         order = optional_int(self, metadata, "transaction-record-id", payload, where="metadata.")
         return TransactionRef(str(tx), order)
 
@@ -237,7 +218,7 @@ class AwsDmsJsonDecoder(Decoder):
         new_table: TableSchema | None = None
         if control is not None:
             if not isinstance(control, dict):
-                raise self.error("control", f"expected an object, found {_kind(control)}", payload)
+                raise self.error("control", f"expected an object, found {type_name(control)}", payload)
             definition = control.get("table-def")
             if definition is not None:
                 new_table = self._table_def(definition, schema, table or "", payload)
@@ -255,24 +236,28 @@ class AwsDmsJsonDecoder(Decoder):
     def _table_def(self, definition: Any, schema: str | None, table: str, payload: bytes) -> TableSchema:
         """``control.table-def``: ``{"columns": {name: {"type", "precision", "scale", "nullable"}}, ...}``."""
         if not isinstance(definition, dict):
-            raise self.error("control.table-def", f"expected an object, found {_kind(definition)}", payload)
+            raise self.error("control.table-def", f"expected an object, found {type_name(definition)}", payload)
         raw_columns = definition.get("columns")
         if not isinstance(raw_columns, dict):
             raise self.error(
                 "control.table-def.columns",
-                f"expected an object of columns, found {_kind(raw_columns)}",
+                f"expected an object of columns, found {type_name(raw_columns)}",
                 payload,
             )
         columns: list[Column] = []
         for name, spec in raw_columns.items():
             where = f"control.table-def.columns.{name}."
             if not isinstance(spec, dict):
-                raise self.error(where[:-1], f"expected a column object, found {_kind(spec)}", payload)
+                raise self.error(where[:-1], f"expected a column object, found {type_name(spec)}", payload)
             kind = required_str(self, spec, "type", payload, where=where).upper()
             optional = spec.get("nullable", True) is not False
             if kind == "NUMERIC":
                 precision = optional_int(self, spec, "precision", payload, where=where)
                 scale = optional_int(self, spec, "scale", payload, where=where)
+                try:
+                    check_decimal_params(precision, scale)
+                except ValueError as exc:
+                    raise self.error(where[:-1], str(exc), payload) from exc
                 columns.append(Column.decimal(name, precision, scale, optional, source_type=kind))
                 continue
             ctype, logical = _DMS_TYPES.get(kind, (ConnectType.STRING, None))
@@ -280,6 +265,3 @@ class AwsDmsJsonDecoder(Decoder):
         key = string_list(self, definition, "primary-key", payload, where="control.table-def.") or ()
         return TableSchema(None, schema, table, tuple(columns), key)
 
-
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__

@@ -1,20 +1,63 @@
-"""The decoder interface: bytes (plus context) in, zero or more canonical events out."""
+"""The decoder interface: bytes (plus context) in, zero or more canonical events out.
+
+Every decoder fails with a :class:`~transforms.errors.DecodeError` (naming the format, the field
+and a payload preview) and nothing else, whatever the input. Decoders implement :meth:`Decoder.
+decode`; callers that must never see another exception (pipelines, the worker) call
+:meth:`Decoder.decode_safely`, which also enforces the size limits and turns an unexpected
+exception (a decoder bug hit by hostile input) into a DecodeError.
+
+Limits on hostile input (options every format has): ``max.message.bytes`` bounds the message
+value and key and every JSON text embedded in a message; ``max.json.depth`` bounds the nesting of
+the message and of embedded JSON. Typed values are bounded too (:func:`coerce_checked`): integers
+must fit their Connect type, decimals have at most :data:`MAX_DECIMAL_DIGITS` digits and an
+exponent within :data:`MAX_DECIMAL_EXPONENT`, so a hostile value cannot make the emitter build a
+huge number.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from decimal import Decimal
+from typing import Any, ClassVar, TypeVar, final, overload
 
-from transforms.connect import Column
+import orjson
+
+from transforms.connect import Column, ConnectType
 from transforms.envelope import Event
-from transforms.errors import DecodeError
-from transforms.jsonio import loads_object
+from transforms.errors import CdcnormError, DecodeError
+from transforms.jsonio import JsonLimitError, loads_limited, loads_object
 from transforms.metadata import InMemoryMetadataStore, MetadataStore
 from transforms.options import FormatOptions
-from transforms.values import CoercionError, coerce
+from transforms.values import UNAVAILABLE, CoercionError, coerce
 
-__all__ = ["Decoder", "Message"]
+__all__ = [
+    "MAX_DECIMAL_DIGITS",
+    "MAX_DECIMAL_EXPONENT",
+    "Decoder",
+    "Message",
+    "ValueConverter",
+    "check_decimal_params",
+    "check_value",
+    "clip",
+    "coerce_checked",
+    "type_name",
+]
+
+OptionsT = TypeVar("OptionsT", bound=FormatOptions)
+
+MAX_DECIMAL_DIGITS = 1000
+"""Significant digits a decimal value may have (PostgreSQL NUMERIC allows 1000 declared)."""
+MAX_DECIMAL_EXPONENT = 1000
+"""Bound on a decimal's adjusted exponent and on a declared decimal scale (either sign)."""
+
+ValueConverter = Callable[[Column, Any, str, "bytes | str | None"], Any]
+"""Types one raw value: ``(column, raw value, field path, payload) -> value``; raises DecodeError."""
+
+_MAX_FIELD_CHARS = 200
+_MAX_REASON_CHARS = 1000
+_INT_BITS = {ConnectType.INT8: 8, ConnectType.INT16: 16, ConnectType.INT32: 32, ConnectType.INT64: 64}
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +71,99 @@ class Message:
     offset: int | None = None
     timestamp_ms: int | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@overload
+def clip(text: str, limit: int) -> str: ...
+
+
+@overload
+def clip(text: None, limit: int) -> None: ...
+
+
+def clip(text: str | None, limit: int) -> str | None:
+    """``text`` cut to ``limit`` characters, saying how long it was.
+
+    >>> clip("abcdef", 3)
+    'abc... (6 chars)'
+    """
+    if text is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} chars)"
+
+
+def type_name(value: Any) -> str:
+    """The JSON-ish name of a value's type for error messages (``null`` for None).
+
+    >>> type_name(None), type_name([])
+    ('null', 'list')
+    """
+    return "null" if value is None else type(value).__name__
+
+
+def check_value(col: Column, value: Any) -> Any:
+    """``value`` if it fits ``col``'s type; raises CoercionError for an integer out of the type's
+    range (int64 takes 0..2^64-1 too) or an oversized decimal (which the emitter would turn into a
+    huge number)."""
+    bits = _INT_BITS.get(col.type)
+    if bits is not None and isinstance(value, int) and not isinstance(value, bool):
+        # int64 also takes BIGINT UNSIGNED values up to 2^64-1, which sources write as they are
+        top = 1 << 64 if bits == 64 else 1 << (bits - 1)
+        if not -(1 << (bits - 1)) <= value < top:
+            text = str(value) if value.bit_length() <= 200 else f"of {value.bit_length()} bits"
+            raise CoercionError(f"integer {text} does not fit {col.type.value}")
+    elif isinstance(value, Decimal):
+        if not value.is_finite():
+            raise CoercionError(f"expected a finite decimal, found {value}")
+        digits = len(value.as_tuple().digits)
+        if digits > MAX_DECIMAL_DIGITS or abs(value.adjusted()) > MAX_DECIMAL_EXPONENT:
+            raise CoercionError(
+                f"decimal of {digits} digits, exponent {value.adjusted()}, is beyond "
+                f"{MAX_DECIMAL_DIGITS} digits and exponent ±{MAX_DECIMAL_EXPONENT}"
+            )
+    return value
+
+
+def check_decimal_params(precision: int | None, scale: int | None) -> None:
+    """Raise ValueError unless a declared decimal precision/scale is within the value bounds."""
+    if scale is not None and abs(scale) > MAX_DECIMAL_EXPONENT:
+        raise ValueError(f"decimal scale {scale} is beyond ±{MAX_DECIMAL_EXPONENT}")
+    if precision is not None and not 0 <= precision <= MAX_DECIMAL_DIGITS:
+        raise ValueError(f"decimal precision {precision} is beyond 0..{MAX_DECIMAL_DIGITS}")
+
+
+def _check_int_magnitude(col: Column, raw: str | Decimal) -> None:
+    """Reject ``"1e999999999"`` (or such a Decimal) for an integer column before it is turned into
+    an int: building that int takes forever (``values.coerce`` would)."""
+    if isinstance(raw, str):
+        text = raw.strip()
+        if len(text) <= 20 and text.lstrip("+-").isdigit():
+            return  # a plain integer literal: fast to convert, range-checked afterwards
+        try:
+            raw = Decimal(text)
+        except ArithmeticError:
+            return  # not a number: coerce says so
+    if raw.is_finite() and raw.adjusted() > 20:
+        raise CoercionError(f"integer of {raw.adjusted() + 1} digits does not fit {col.type.value}")
+
+
+def coerce_checked(col: Column, raw: Any) -> Any:
+    """``values.coerce`` and :func:`check_value`; every failure is a CoercionError.
+
+    >>> coerce_checked(Column("n", ConnectType.INT16), "70000")
+    Traceback (most recent call last):
+    ...
+    transforms.values.CoercionError: integer 70000 does not fit int16
+    """
+    if col.type in _INT_BITS and isinstance(raw, str | Decimal):
+        _check_int_magnitude(col, raw)
+    try:
+        value = coerce(col, raw)
+    except CoercionError:
+        raise
+    except (ArithmeticError, ValueError, orjson.JSONEncodeError) as exc:  # inf, out-of-range dates, ...
+        raise CoercionError(f"value out of range for {col.type.value}: {raw!r:.60} ({exc})") from exc
+    return check_value(col, value)
 
 
 class Decoder(ABC):
@@ -52,10 +188,42 @@ class Decoder(ABC):
     def decode(self, message: Message) -> list[Event]:
         """The events in ``message``, in order; ``[]`` for messages that carry no change."""
 
+    @final
+    def decode_safely(self, message: Message) -> list[Event]:
+        """:meth:`decode`, but every failure is a :class:`DecodeError` (what pipelines call).
+
+        The message value and key are checked against ``max.message.bytes`` first. An exception
+        that is not a :class:`~transforms.errors.CdcnormError` is a decoder bug hit by this
+        input; it becomes a DecodeError so the message can be dead-lettered. Other cdcnorm
+        errors (e.g. :class:`~transforms.errors.StateStoreError`, retried by the worker) pass.
+        """
+        try:
+            self.check_size(message.value)
+            self.check_size(message.key, "key")
+            return self.decode(message)
+        except CdcnormError:
+            raise
+        except Exception as exc:
+            raise self.error(None, f"unexpected {type(exc).__name__}: {exc}", message.value) from exc
+
     # -- helpers for subclasses ------------------------------------------------------
 
     def error(self, field: str | None, reason: str, payload: bytes | str | None = None) -> DecodeError:
-        return DecodeError(self.format_id, field, reason, payload)
+        """A DecodeError of this format; the field path and reason are clipped (they may quote
+        hostile input, and they travel in DLQ headers and logs)."""
+        return DecodeError(self.format_id, clip(field, _MAX_FIELD_CHARS), clip(reason, _MAX_REASON_CHARS), payload)
+
+    def options_as(self, model: type[OptionsT]) -> OptionsT:
+        """The options as ``model`` (a decoder given the base options gets its defaults)."""
+        if isinstance(self.options, model):
+            return self.options
+        return model.model_validate(self.options.model_dump(by_alias=True))
+
+    def check_size(self, data: bytes | None, what: str = "message") -> None:
+        """Raise a DecodeError when ``data`` is larger than ``max.message.bytes``."""
+        limit = self.options.max_message_bytes
+        if data is not None and len(data) > limit:
+            raise self.error(None, f"{what} of {len(data)} bytes exceeds the limit of {limit}", data)
 
     def load_json(self, message: Message) -> dict[str, Any]:
         """The message value parsed as a JSON object, within the configured limits."""
@@ -68,9 +236,37 @@ class Decoder(ABC):
             max_depth=self.options.max_json_depth,
         )
 
-    def coerce(self, col: Column, raw: Any, field: str, payload: bytes | str | None = None) -> Any:
-        """``values.coerce`` with failures turned into a DecodeError naming the field."""
+    def load_embedded_json(self, text: str | bytes, field: str, payload: bytes | str | None) -> Any:
+        """A JSON text held in a field of the message, parsed within the configured limits."""
         try:
-            return coerce(col, raw)
+            return loads_limited(
+                text,
+                max_bytes=self.options.max_message_bytes,
+                max_depth=self.options.max_json_depth,
+                what=f"JSON text in {field}",
+            )
+        except JsonLimitError as exc:
+            raise self.error(field, str(exc), payload) from exc
+
+    def coerce(self, col: Column, raw: Any, field: str, payload: bytes | str | None = None) -> Any:
+        """:func:`coerce_checked` with failures turned into a DecodeError naming the field."""
+        try:
+            return coerce_checked(col, raw)
         except CoercionError as exc:
             raise self.error(field, str(exc), payload) from exc
+
+    def typed_row(
+        self,
+        columns: tuple[Column, ...],
+        row: Mapping[str, Any],
+        where: str,
+        payload: bytes | str | None,
+        convert: ValueConverter | None = None,
+    ) -> dict[str, Any]:
+        """A row image typed column by column (``convert``, default :meth:`coerce`, gets the field
+        path ``<where>.<column>``); a column the row lacks is ``UNAVAILABLE``, never null."""
+        typed = convert or self.coerce
+        return {
+            col.name: typed(col, row[col.name], f"{where}.{col.name}", payload) if col.name in row else UNAVAILABLE
+            for col in columns
+        }

@@ -45,7 +45,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, field_validator
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
-from transforms.decoders.base import Decoder, Message
+from transforms.decoders.base import Decoder, Message, check_decimal_params
+from transforms.decoders.cache import TableCache
+from transforms.decoders.fields import optional_int, optional_scalar, optional_str, parse_int
 from transforms.envelope import (
     ChangeEvent,
     Event,
@@ -56,7 +58,7 @@ from transforms.envelope import (
 )
 from transforms.metadata import MetadataStore
 from transforms.options import FormatOptions
-from transforms.values import UNAVAILABLE, CoercionError, infer_column, parse_datetime
+from transforms.values import CoercionError, infer_column, parse_datetime
 
 __all__ = ["BigintUnsignedHandlingMode", "CanalJsonDecoder", "CanalJsonOptions", "column_for_type"]
 
@@ -115,7 +117,8 @@ _DDL_TYPES = {
     "QUERY": "ALTER",
 }
 _NO_CHANGE_TYPES = frozenset({"GTID", "XACOMMIT", "XAROLLBACK", "MHEARTBEAT", "HEARTBEAT", "BEGIN", "COMMIT"})
-_DDL_KIND_RE = re.compile(r"^\s*(?:/\*.*?\*/\s*)*(create|drop)\s+table\b", re.IGNORECASE | re.DOTALL)
+_DDL_KIND_RE = re.compile(r"(create|drop)\s+table\b", re.IGNORECASE)
+_MAX_BIT_LENGTH = 64  # MySQL BIT(M): M is 1..64
 
 # ------------------------------------------------------------------------------------------ types
 
@@ -188,11 +191,25 @@ def _args(text: str | None) -> list[int]:
         return []
     out = []
     for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit():
+        number = parse_int(part)
+        if number is None or number < 0:
             return []
-        out.append(int(part))
+        out.append(number)
     return out
+
+
+def _ddl_change_type(sql: str) -> str | None:
+    """``CREATE``/``DROP`` for a ``CREATE TABLE``/``DROP TABLE`` statement (after leading comments)."""
+    text = sql.lstrip()
+    while text.startswith("/*"):  # a loop, not a regex: nested lazy comment patterns backtrack exponentially
+        end = text.find("*/", 2)
+        if end < 0:
+            return None
+        text = text[end + 2 :].lstrip()
+    m = _DDL_KIND_RE.match(text)
+    if m is None:
+        return None
+    return "CREATE" if m.group(1).lower() == "create" else "DROP"
 
 
 @lru_cache(maxsize=4096)
@@ -203,6 +220,8 @@ def column_for_type(
     unsigned_mode: BigintUnsignedHandlingMode = BigintUnsignedHandlingMode.PRECISE,
 ) -> Column | None:
     """The Debezium-style column of a Canal ``mysqlType`` (else ``sqlType``); None if neither is known.
+
+    Raises ValueError for a type whose size is out of range (``BIT(65)``, ``DECIMAL(2000,3)``).
 
     >>> column_for_type("id", "bigint(20) unsigned", None).logical
     'org.apache.kafka.connect.data.Decimal'
@@ -257,6 +276,8 @@ def _mysql_column(name: str, text: str, unsigned_mode: BigintUnsignedHandlingMod
         return col(ConnectType.BOOLEAN)
     if base == "bit":
         length = args[0] if args else 1
+        if length > _MAX_BIT_LENGTH:
+            raise ValueError(f"BIT({length}) is longer than {_MAX_BIT_LENGTH} bits")
         if length <= 1:
             return col(ConnectType.BOOLEAN)
         return col(ConnectType.BYTES, Logical.BITS, (("length", str(length)),))
@@ -269,6 +290,7 @@ def _mysql_column(name: str, text: str, unsigned_mode: BigintUnsignedHandlingMod
     if base in ("double", "double precision", "float8"):
         return col(ConnectType.FLOAT64)
     if base in ("decimal", "numeric", "fixed", "dec"):
+        check_decimal_params(args[0] if args else None, args[1] if len(args) == 2 else None)
         if len(args) == 2:
             return Column.decimal(name, args[0], args[1], source_type=st)
         if len(args) == 1:
@@ -323,29 +345,11 @@ class CanalJsonDecoder(Decoder):
 
     def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
         super().__init__(options, metadata)
-        opts = self.options
-        assert isinstance(opts, CanalJsonOptions)
-        self._opts = opts
+        opts = self._opts = self.options_as(CanalJsonOptions)
         self._zone = ZoneInfo(opts.timestamp_zone)
-        self._tables: dict[TableSchema, TableSchema] = {}
+        self._tables = TableCache()
 
     # -- fields ----------------------------------------------------------------------------
-
-    def _opt_str(self, doc: Mapping[str, Any], name: str, raw: bytes) -> str | None:
-        value = doc.get(name)
-        if value is None or isinstance(value, str):
-            return value
-        raise self.error(name, f"expected a string, found {type(value).__name__}", raw)
-
-    def _opt_int(self, doc: Mapping[str, Any], name: str, raw: bytes) -> int | None:
-        value = doc.get(name)
-        if value is None:
-            return None
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            return int(value)
-        raise self.error(name, f"expected an integer, found {value!r}", raw)
 
     def _rows(self, doc: Mapping[str, Any], name: str, raw: bytes) -> list[dict[str, Any]] | None:
         value = doc.get(name)
@@ -366,7 +370,7 @@ class CanalJsonDecoder(Decoder):
             raise self.error(name, f"expected an object of column types, found {type(value).__name__}", raw)
         for col, t in value.items():
             if t is not None and (not isinstance(t, want) or isinstance(t, bool)):
-                raise self.error(f"{name}.{col}", f"expected a {want.__name__} type, found {t!r}", raw)
+                raise self.error(f"{name}.{col}", f"expected a {want.__name__} type, found {t!r:.60}", raw)
         return value
 
     # -- decode ----------------------------------------------------------------------------
@@ -383,10 +387,10 @@ class CanalJsonDecoder(Decoder):
         is_ddl = doc.get("isDdl")
         if is_ddl is not None and not isinstance(is_ddl, bool):
             raise self.error("isDdl", f"expected a boolean, found {is_ddl!r}", raw)
-        database = self._opt_str(doc, "database", raw)
-        table = self._opt_str(doc, "table", raw)
-        es = self._opt_int(doc, "es", raw)
-        ts = self._opt_int(doc, "ts", raw)
+        database = optional_str(self, doc, "database", raw)
+        table = optional_str(self, doc, "table", raw)
+        es = optional_int(self, doc, "es", raw)
+        ts = optional_int(self, doc, "ts", raw)
         fields = self._source_fields(doc, raw)
         if is_ddl or (kind in _DDL_TYPES and not (kind == "QUERY" and is_ddl is False)):
             return self._ddl(doc, kind, database, table, es, ts, fields, message, raw)
@@ -418,24 +422,17 @@ class CanalJsonDecoder(Decoder):
 
     def _source_fields(self, doc: Mapping[str, Any], raw: bytes) -> dict[str, Any]:
         fields: dict[str, Any] = {}
-        canal_id = doc.get("id")
-        if canal_id is not None:
-            if isinstance(canal_id, bool) or not isinstance(canal_id, int | str):
-                raise self.error("id", f"expected an integer or string, found {canal_id!r}", raw)
-            fields["id"] = canal_id
         for name, key in (
+            ("id", "id"),
             ("gtid", "gtid"),
             ("serverId", "server_id"),
             ("logfileName", "file"),
             ("logfileOffset", "pos"),
         ):
-            value = doc.get(name)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | str):
-                raise self.error(name, f"expected an integer or string, found {value!r}", raw)
-            fields[key] = value
-        sql = self._opt_str(doc, "sql", raw)
+            value = optional_scalar(self, doc, name, raw)
+            if value is not None:
+                fields[key] = value
+        sql = optional_str(self, doc, "sql", raw)
         if sql and not doc.get("isDdl"):
             fields["query"] = sql
         return fields
@@ -505,34 +502,22 @@ class CanalJsonDecoder(Decoder):
         mode = self._opts.bigint_unsigned_handling_mode
         columns = []
         for name in names:
-            col = column_for_type(name, mysql_types.get(name), sql_types.get(name), mode)
+            try:
+                col = column_for_type(name, mysql_types.get(name), sql_types.get(name), mode)
+            except ValueError as exc:
+                raise self.error(f"mysqlType.{name}", str(exc), raw) from exc
             if col is None:
                 sample = next((row[name] for row in rows if row.get(name) is not None), None)
                 col = infer_column(name, sample)
             columns.append(col)
-        schema = TableSchema(db, None, table, tuple(columns), tuple(pk))
-        cached = self._tables.get(schema)
-        if cached is not None:
-            return cached
-        if len(self._tables) > 4096:
-            self._tables.clear()
-        self._tables[schema] = schema
-        return schema
+        return self._tables.intern(TableSchema(db, None, table, tuple(columns), tuple(pk)))
 
     def _image(
         self, schema: TableSchema, row: dict[str, Any] | None, where: str, raw: bytes
     ) -> dict[str, Any] | None:
-        if row is None:
-            return None
-        out: dict[str, Any] = {}
-        for col in schema.columns:
-            if col.name not in row:
-                out[col.name] = UNAVAILABLE
-                continue
-            out[col.name] = self._value(col, row[col.name], f"{where}.{col.name}", raw)
-        return out
+        return None if row is None else self.typed_row(schema.columns, row, where, raw, self._value)
 
-    def _value(self, col: Column, value: Any, field: str, raw: bytes) -> Any:
+    def _value(self, col: Column, value: Any, field: str, raw: bytes | str | None) -> Any:
         if value is None:
             return None
         logical = col.logical
@@ -556,10 +541,11 @@ class CanalJsonDecoder(Decoder):
             elif col.type is ConnectType.BOOLEAN and isinstance(value, str) and value in ("\x00", "\x01"):
                 return value == "\x01"
             elif col.type is ConnectType.INT64 and col.source_type and "unsigned" in col.source_type.lower():
-                number = self.coerce(col, value, field, raw)
-                return number - (1 << 64) if number >= (1 << 63) else number
+                value = _wrap_unsigned(value)
         except CoercionError as exc:
             raise self.error(field, str(exc), raw) from exc
+        except (ArithmeticError, ValueError) as exc:  # a year beyond C long, an offset past year 1 ...
+            raise self.error(field, f"value {value!r:.60} is out of range: {exc}", raw) from exc
         return self.coerce(col, value, field, raw)
 
     def _ddl(
@@ -574,12 +560,10 @@ class CanalJsonDecoder(Decoder):
         message: Message,
         raw: bytes,
     ) -> list[Event]:
-        sql = self._opt_str(doc, "sql", raw)
+        sql = optional_str(self, doc, "sql", raw)
         change_type = _DDL_TYPES.get(kind, "ALTER")
         if kind in ("DDL", "QUERY") and sql:
-            m = _DDL_KIND_RE.match(sql)
-            if m:
-                change_type = "CREATE" if m.group(1).lower() == "create" else "DROP"
+            change_type = _ddl_change_type(sql) or change_type
         source = SourceInfo(connector=self.format_id, ts_ms=es, fields=fields)
         events: list[Event] = [SchemaChangeEvent(database, None, table, sql, source, change_type, ts_ms=ts)]
         if kind == "TRUNCATE":
@@ -595,13 +579,13 @@ def _enum_label(value: Any, allowed: str) -> str:
     text = str(value)
     if text in labels or not labels:
         return text
-    if text.isdigit():
-        index = int(text)
+    index = parse_int(text)
+    if index is not None and index >= 0:
         if index == 0:
             return ""
         if index <= len(labels):
             return labels[index - 1]
-    raise CoercionError(f"expected one of the ENUM values {allowed!r} or an index, found {value!r}")
+    raise CoercionError(f"expected one of the ENUM values {allowed!r:.80} or an index, found {value!r:.60}")
 
 
 def _set_labels(value: Any, allowed: str) -> str:
@@ -610,12 +594,21 @@ def _set_labels(value: Any, allowed: str) -> str:
     text = str(value)
     if not labels or text == "" or all(part in labels for part in text.split(",")):
         return text
-    if text.isdigit():
-        mask = int(text)
+    mask = parse_int(text)
+    if mask is not None and mask >= 0:
         if mask >> len(labels):
             raise CoercionError(f"SET bitmask {mask} has bits beyond the {len(labels)} values {allowed!r}")
         return ",".join(label for i, label in enumerate(labels) if mask >> i & 1)
-    raise CoercionError(f"expected values of the SET {allowed!r} or a bitmask, found {value!r}")
+    raise CoercionError(f"expected values of the SET {allowed!r:.80} or a bitmask, found {value!r:.60}")
+
+
+def _wrap_unsigned(raw: Any) -> Any:
+    """A BIGINT UNSIGNED value above 2^63-1 as the int64 it wraps to (``long`` mode), else ``raw``."""
+    text = raw.strip() if isinstance(raw, str) else raw
+    number = int(text) if isinstance(text, str) and len(text) <= 20 and text.isdigit() else text
+    if isinstance(number, int) and not isinstance(number, bool) and 1 << 63 <= number < 1 << 64:
+        return number - (1 << 64)
+    return raw
 
 
 def _latin1(value: Any) -> bytes:
@@ -640,12 +633,9 @@ def _geometry(value: Any) -> dict[str, Any]:
 def _bits(value: Any, length: int) -> bytes:
     """A BIT(n) value as Debezium's little-endian bytes; Canal writes it as a number."""
     size = (length + 7) // 8
-    if isinstance(value, int) and not isinstance(value, bool):
-        number = value
-    elif isinstance(value, str) and value.isdigit():
-        number = int(value)
-    else:
+    number = parse_int(value) if not isinstance(value, str) or value.isdigit() else None
+    if number is None:
         return _latin1(value)
     if number < 0 or number.bit_length() > length:
-        raise CoercionError(f"expected a BIT({length}) value, found {value!r}")
+        raise CoercionError(f"expected a BIT({length}) value, found {value!r:.60}")
     return number.to_bytes(size, "little")

@@ -34,21 +34,23 @@ from typing import Any
 from pydantic import Field
 
 from transforms.connect import Column, ConnectType, TableSchema
-from transforms.decoders.base import Decoder, Message
+from transforms.decoders.base import Decoder, Message, coerce_checked
 from transforms.decoders.connect_json import (
     ConnectEnvelopeReader,
     EnvelopeKey,
     FieldError,
+    JsonLimits,
     TableName,
     decode_row,
     infer_columns,
     position_sequence,
+    read_connect_message,
     struct_field_schemas,
 )
 from transforms.envelope import ChangeEvent, Event, Operation, SnapshotMarker, SourceInfo, TransactionRef
 from transforms.metadata import MetadataStore
 from transforms.options import FormatOptions
-from transforms.values import UNAVAILABLE, CoercionError, coerce, infer_column
+from transforms.values import UNAVAILABLE, CoercionError, infer_column
 
 __all__ = ["CdlJsonDecoder", "CdlJsonOptions"]
 
@@ -123,34 +125,18 @@ class CdlJsonDecoder(Decoder):
 
     def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
         super().__init__(options, metadata)
-        opts = self.options
-        assert isinstance(opts, CdlJsonOptions)
+        opts = self.options_as(CdlJsonOptions)
         self._heartbeats = frozenset(n.strip() for n in (opts.heartbeat_tables or "").split(",") if n.strip())
         self._database = opts.database
-        self._reader = ConnectEnvelopeReader(FORMAT_ID, column_map=cdl_column)
+        limits = JsonLimits(opts.max_message_bytes, opts.max_json_depth)
+        self._reader = ConnectEnvelopeReader(FORMAT_ID, column_map=cdl_column, limits=limits)
 
     def decode(self, message: Message) -> list[Event]:
-        if message.value is None or message.value.strip() in (b"", b"null"):
-            return []
-        doc = self.load_json(message)
-        try:
-            return self._decode(doc)
-        except FieldError as exc:
-            raise self.error(exc.field, exc.reason, message.value) from exc
+        return read_connect_message(self, message, self._decode)
 
     # -- dispatch ----------------------------------------------------------------------
 
-    def _decode(self, doc: dict[str, Any]) -> list[Event]:
-        schema: Any = None
-        payload: Any = doc
-        if "payload" in doc and set(doc) <= {"schema", "payload"}:
-            schema, payload = doc.get("schema"), doc["payload"]
-            if payload is None:
-                return []
-            if not isinstance(payload, dict):
-                raise FieldError("payload", f"expected an object, found {type(payload).__name__}")
-            if schema is not None and not isinstance(schema, dict):
-                raise FieldError("schema", f"expected an object or null, found {type(schema).__name__}")
+    def _decode(self, schema: Any, payload: dict[str, Any]) -> list[Event]:
         version = payload.get("message_version")
         if version is not None and version not in ("1.0", "2.0"):
             raise FieldError("message_version", f"expected 1.0 or 2.0, found {version!r}")
@@ -199,7 +185,7 @@ class CdlJsonDecoder(Decoder):
             key_cols.append(col.as_optional(False))
             if unique and name in unique:
                 try:
-                    values[name] = coerce(col, unique[name])
+                    values[name] = coerce_checked(col, unique[name])
                 except CoercionError as exc:
                     raise FieldError(f"unique.{name}", str(exc)) from exc
         return EnvelopeKey(tuple(key_cols), values if unique else None)

@@ -12,6 +12,14 @@ Shared by the decoders whose input is Connect JSON or close to it (``debezium-js
 * :func:`position_sequence` builds a sortable ``source.sequence`` from a Debezium source block.
 * :class:`ConnectEnvelopeReader` turns one Debezium envelope (``before``/``after``/``source``/
   ``op``/``ts_ms``/``transaction``) into a :class:`~transforms.envelope.ChangeEvent`.
+* :func:`read_connect_message` is the common start of the decoders: it parses the message,
+  unwraps the ``{"schema", "payload"}`` wrapper and turns a :class:`FieldError` into the
+  decoder's :class:`~transforms.errors.DecodeError`.
+
+Embedded JSON (MongoDB images, the Kafka key, the key's MongoDB ``id``) is parsed within the
+decoder's ``max.message.bytes``/``max.json.depth`` (:class:`JsonLimits`), and Connect schema
+parameters and values are bounded like every typed value (:func:`~transforms.decoders.base.
+coerce_checked`).
 
 Every failure is a :class:`FieldError` naming the offending field; decoders turn it into a
 :class:`~transforms.errors.DecodeError` carrying the payload preview.
@@ -25,22 +33,29 @@ import contextlib
 import datetime as dt
 import math
 import re
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
-from transforms.envelope import ChangeEvent, Operation, SnapshotMarker, SourceInfo, TransactionRef
-from transforms.values import UNAVAILABLE, CoercionError, coerce, decimal_from_unscaled, infer_column
+from transforms.decoders.base import check_decimal_params, check_value, coerce_checked, type_name
+from transforms.decoders.cache import LruCache, TableCache
+from transforms.decoders.fields import INT64_MAX, INT64_MIN, parse_int
+from transforms.envelope import ChangeEvent, Event, Operation, SnapshotMarker, SourceInfo, TransactionRef
+from transforms.jsonio import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, JsonLimitError, loads_limited
+from transforms.values import UNAVAILABLE, CoercionError, decimal_from_unscaled, infer_column
+
+if TYPE_CHECKING:
+    from transforms.decoders.base import Decoder, Message
 
 __all__ = [
     "ConnectEnvelopeReader",
     "EnvelopeKey",
     "FieldError",
+    "JsonLimits",
     "TableName",
     "column_from_schema",
     "columns_from_struct",
@@ -50,6 +65,7 @@ __all__ = [
     "infer_columns",
     "parse_json_key",
     "position_sequence",
+    "read_connect_message",
     "snapshot_marker",
     "struct_field_schemas",
 ]
@@ -62,6 +78,21 @@ class FieldError(ValueError):
         self.field = field
         self.reason = reason
         super().__init__(f"{field}: {reason}" if field else reason)
+
+
+@dataclass(frozen=True, slots=True)
+class JsonLimits:
+    """Size and nesting limits for JSON embedded in a message (the decoder's options)."""
+
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_depth: int = DEFAULT_MAX_DEPTH
+
+    def loads(self, text: str | bytes, field: str) -> Any:
+        """The JSON value of ``text``; a FieldError naming ``field`` when it is invalid or too big."""
+        try:
+            return loads_limited(text, max_bytes=self.max_bytes, max_depth=self.max_depth, what="JSON text")
+        except JsonLimitError as exc:
+            raise FieldError(field, str(exc)) from exc
 
 
 # ---------------------------------------------------------------------------- schemas
@@ -84,10 +115,6 @@ _TYPES: dict[str, ConnectType] = {
 }
 
 
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
 def column_from_schema(schema: Any, name: str, where: str = "schema") -> Column:
     """The column described by one Connect JSON field schema.
 
@@ -99,19 +126,20 @@ def column_from_schema(schema: Any, name: str, where: str = "schema") -> Column:
     2
     """
     if not isinstance(schema, dict):
-        raise FieldError(where, f"expected a Connect schema object, found {_kind(schema)}")
-    type_name = schema.get("type")
-    ctype = _TYPES.get(type_name) if isinstance(type_name, str) else None
+        raise FieldError(where, f"expected a Connect schema object, found {type_name(schema)}")
+    kind = schema.get("type")
+    ctype = _TYPES.get(kind) if isinstance(kind, str) else None
     if ctype is None:
-        raise FieldError(where, f"unknown Connect type {type_name!r}")
+        raise FieldError(where, f"unknown Connect type {kind!r:.60}")
     optional = bool(schema.get("optional", False))
     logical = schema.get("name")
     if logical is not None and not isinstance(logical, str):
-        raise FieldError(where, f"expected a string schema name, found {_kind(logical)}")
+        raise FieldError(where, f"expected a string schema name, found {type_name(logical)}")
     raw_params = schema.get("parameters") or {}
     if not isinstance(raw_params, dict):
-        raise FieldError(where, f"expected an object of parameters, found {_kind(raw_params)}")
+        raise FieldError(where, f"expected an object of parameters, found {type_name(raw_params)}")
     params = tuple(sorted((str(k), str(v)) for k, v in raw_params.items()))
+    _check_decimal_params(raw_params, where)
     if ctype is ConnectType.MAP:
         return Column(name, ConnectType.STRING, optional, Logical.JSON)
     if ctype is ConnectType.STRUCT:
@@ -126,13 +154,30 @@ def column_from_schema(schema: Any, name: str, where: str = "schema") -> Column:
     return Column(name, ctype, optional, logical, params)
 
 
+def _check_decimal_params(raw_params: Mapping[str, Any], where: str) -> None:
+    """``scale``/``connect.decimal.precision`` parameters must be integers within the bounds."""
+    values = {}
+    for name in ("scale", "connect.decimal.precision"):
+        raw = raw_params.get(name)
+        if raw is None:
+            continue
+        number = parse_int(str(raw))
+        if number is None:
+            raise FieldError(f"{where}.parameters.{name}", f"expected an integer, found {raw!r:.40}")
+        values[name] = number
+    try:
+        check_decimal_params(values.get("connect.decimal.precision"), values.get("scale"))
+    except ValueError as exc:
+        raise FieldError(f"{where}.parameters", str(exc)) from exc
+
+
 def struct_field_schemas(schema: Any, where: str = "schema") -> dict[str, dict[str, Any]]:
     """The field schemas of a Connect struct schema, by field name."""
     if not isinstance(schema, dict):
-        raise FieldError(where, f"expected a Connect schema object, found {_kind(schema)}")
+        raise FieldError(where, f"expected a Connect schema object, found {type_name(schema)}")
     fields = schema.get("fields", [])
     if not isinstance(fields, list):
-        raise FieldError(f"{where}.fields", f"expected an array, found {_kind(fields)}")
+        raise FieldError(f"{where}.fields", f"expected an array, found {type_name(fields)}")
     out: dict[str, dict[str, Any]] = {}
     for i, f in enumerate(fields):
         if not isinstance(f, dict) or not isinstance(f.get("field"), str):
@@ -180,11 +225,25 @@ def infer_columns(*images: Mapping[str, Any] | None) -> tuple[Column, ...]:
 # ---------------------------------------------------------------------------- values
 
 
+_MAX_UNSCALED_BYTES = 512
+"""Connect Decimal bytes beyond this are more digits than any decimal may have."""
+
+
 def _b64(text: str) -> bytes:
     try:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise CoercionError(f"expected base64, found {text[:40]!r}") from exc
+
+
+def _unscaled(data: bytes, scale: int) -> Decimal:
+    if len(data) > _MAX_UNSCALED_BYTES:
+        raise CoercionError(f"Connect Decimal of {len(data)} bytes is beyond {_MAX_UNSCALED_BYTES}")
+    try:
+        check_decimal_params(None, scale)
+    except ValueError as exc:
+        raise CoercionError(str(exc)) from exc
+    return decimal_from_unscaled(data, scale)
 
 
 def _decimal(col: Column, raw: Any) -> Decimal:
@@ -194,7 +253,7 @@ def _decimal(col: Column, raw: Any) -> Decimal:
         raise CoercionError(f"expected a finite decimal, found {raw!r}")
     if isinstance(raw, str):
         try:
-            return decimal_from_unscaled(_b64(raw), col.scale or 0)
+            return _unscaled(_b64(raw), col.scale or 0)
         except CoercionError:
             pass
         try:
@@ -215,7 +274,7 @@ def _variable_decimal(raw: Any) -> Decimal:
     if isinstance(raw, dict):
         scale, value = raw.get("scale"), raw.get("value")
         if isinstance(scale, int) and not isinstance(scale, bool) and isinstance(value, str):
-            return decimal_from_unscaled(_b64(value), scale)
+            return _unscaled(_b64(value), scale)
         raise CoercionError(f"expected a VariableScaleDecimal {{scale, value}}, found {raw!r}")
     return _decimal(Column("", ConnectType.BYTES, logical=Logical.DECIMAL), raw)
 
@@ -231,9 +290,9 @@ def decode_value(col: Column, raw: Any) -> Any:
     if raw is None:
         return None
     if col.logical == Logical.DECIMAL:
-        return _decimal(col, raw)
+        return check_value(col, _decimal(col, raw))
     if col.logical == Logical.VARIABLE_SCALE_DECIMAL:
-        return _variable_decimal(raw)
+        return check_value(col, _variable_decimal(raw))
     if col.type is ConnectType.STRUCT and col.fields:
         if not isinstance(raw, dict):
             raise CoercionError(f"expected an object, found {raw!r}")
@@ -246,7 +305,7 @@ def decode_value(col: Column, raw: Any) -> Any:
         return [decode_value(items, v) for v in raw]
     if col.type is ConnectType.BYTES and isinstance(raw, str):
         return _b64(raw)
-    return coerce(col, raw)
+    return coerce_checked(col, raw)
 
 
 def decode_row(columns: tuple[Column, ...], row: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -284,24 +343,60 @@ def _ext_date(value: Any) -> dt.datetime | str:
     if isinstance(value, str) and value.lstrip("-").isdigit():
         value = int(value)
     if isinstance(value, int) and not isinstance(value, bool):
-        return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=value)
+        try:
+            return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=value)
+        except OverflowError as exc:
+            raise CoercionError(f"$date {value} is out of range") from exc
     if isinstance(value, str):
         return value
-    raise CoercionError(f"expected a $date, found {value!r}")
+    raise CoercionError(f"expected a $date, found {value!r:.60}")
+
+
+_NOT_SCALAR: Any = object()
+
+
+def _extended_scalar(value: dict[str, Any]) -> Any:
+    """The typed value of an Extended JSON wrapper (``{"$oid": ...}`` ...), else ``_NOT_SCALAR``."""
+    if len(value) not in (1, 2):
+        return _NOT_SCALAR
+    keys = set(value)
+    try:
+        if keys == {"$oid"} and isinstance(value["$oid"], str):
+            return value["$oid"]
+        if keys <= {"$numberLong", "$numberInt"}:
+            whole = int(next(iter(value.values())))
+            return whole if INT64_MIN <= whole <= INT64_MAX else _NOT_SCALAR
+        if keys == {"$numberDouble"}:
+            number = float(value["$numberDouble"])
+            return number if math.isfinite(number) else str(value["$numberDouble"])
+        if keys == {"$numberDecimal"}:
+            dec = Decimal(str(value["$numberDecimal"]))
+            return dec if dec.is_finite() else str(value["$numberDecimal"])
+        if keys == {"$date"}:
+            return _ext_date(value["$date"])
+        if "$binary" in keys:
+            data = value["$binary"]
+            text = data.get("base64") if isinstance(data, dict) else data
+            if isinstance(text, str):
+                return _b64(text)
+    except (ValueError, TypeError, ArithmeticError):  # CoercionError is a ValueError
+        return _NOT_SCALAR
+    return _NOT_SCALAR
 
 
 def _relaxed(value: Any) -> Any:
+    """Extended JSON with its wrappers as plain JSON values (dates ISO text, bytes base64)."""
     if isinstance(value, dict):
-        scalar = from_extended_json(value)
-        if not isinstance(scalar, dict):
-            if isinstance(scalar, dt.datetime):
-                return scalar.isoformat().replace("+00:00", "Z")
-            if isinstance(scalar, bytes):
-                return base64.b64encode(scalar).decode("ascii")
-            if isinstance(scalar, Decimal):
-                return str(scalar)
-            return scalar
-        return {k: _relaxed(v) for k, v in value.items()}
+        scalar = _extended_scalar(value)
+        if scalar is _NOT_SCALAR:
+            return {k: _relaxed(v) for k, v in value.items()}
+        if isinstance(scalar, dt.datetime):
+            return scalar.isoformat().replace("+00:00", "Z")
+        if isinstance(scalar, bytes):
+            return base64.b64encode(scalar).decode("ascii")
+        if isinstance(scalar, Decimal):
+            return str(scalar)
+        return scalar
     if isinstance(value, list):
         return [_relaxed(v) for v in value]
     return value
@@ -316,45 +411,27 @@ def from_extended_json(value: Any) -> Any:
 
     >>> from_extended_json({"$numberLong": "17"})
     17
+    >>> from_extended_json({"city": {"$numberInt": "7"}})
+    {'city': 7}
     """
-    if isinstance(value, dict) and len(value) in (1, 2):
-        keys = set(value)
-        try:
-            if keys == {"$oid"} and isinstance(value["$oid"], str):
-                return value["$oid"]
-            if keys <= {"$numberLong", "$numberInt"}:
-                return int(next(iter(value.values())))
-            if keys == {"$numberDouble"}:
-                number = float(value["$numberDouble"])
-                return number if math.isfinite(number) else str(value["$numberDouble"])
-            if keys == {"$numberDecimal"}:
-                dec = Decimal(str(value["$numberDecimal"]))
-                return dec if dec.is_finite() else str(value["$numberDecimal"])
-            if keys == {"$date"}:
-                return _ext_date(value["$date"])
-            if "$binary" in keys:
-                data = value["$binary"]
-                text = data.get("base64") if isinstance(data, dict) else data
-                if isinstance(text, str):
-                    return _b64(text)
-        except (ValueError, TypeError, InvalidOperation, CoercionError):
-            return {k: _relaxed(v) for k, v in value.items()}
-    if isinstance(value, dict | list):
+    if isinstance(value, dict):
+        scalar = _extended_scalar(value)
+        return _relaxed(value) if scalar is _NOT_SCALAR else scalar
+    if isinstance(value, list):
         return _relaxed(value)
     return value
 
 
 # ---------------------------------------------------------------------------- source block
 
-_FILE_SUFFIX = re.compile(r"^(.*?)(\d+)$")
+_FILE_SUFFIX = re.compile(r"^(.*?)([0-9]{1,18})$")
 
 
 def _int(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
+    """An int64, or a string of ASCII digits holding one (position fields); ``None`` otherwise."""
+    if isinstance(value, str) and not value.isdigit():
+        return None
+    return parse_int(value)
 
 
 def position_sequence(fields: Mapping[str, Any], ts_ms: int | None = None) -> str | None:
@@ -444,7 +521,9 @@ class EnvelopeKey:
         return tuple(c.name for c in self.columns)
 
 
-def parse_json_key(raw: bytes | None, mongodb_hint: bool = False) -> EnvelopeKey | None:
+def parse_json_key(
+    raw: bytes | None, mongodb_hint: bool = False, limits: JsonLimits = JsonLimits()
+) -> EnvelopeKey | None:
     """The Kafka key of a Debezium-style record: ``{"schema", "payload"}`` or a bare object.
 
     ``None`` for no key, a ``null`` key, or a key that is not an object of columns.
@@ -453,8 +532,8 @@ def parse_json_key(raw: bytes | None, mongodb_hint: bool = False) -> EnvelopeKey
     if raw is None or not raw.strip():
         return None
     try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        doc = loads_limited(raw, max_bytes=limits.max_bytes, max_depth=limits.max_depth, what="key")
+    except JsonLimitError as exc:
         raise FieldError("key", f"invalid JSON key: {exc}") from exc
     schema: Any = None
     if isinstance(doc, dict) and "payload" in doc and set(doc) <= {"schema", "payload"}:
@@ -468,10 +547,15 @@ def parse_json_key(raw: bytes | None, mongodb_hint: bool = False) -> EnvelopeKey
     )
     if mongodb_hint and set(doc) == {"id"} and isinstance(doc["id"], str):
         try:
-            value = from_extended_json(orjson.loads(doc["id"]))
-        except orjson.JSONDecodeError:
+            value = from_extended_json(limits.loads(doc["id"], "key.id"))
+        except FieldError:
             value = doc["id"]
-        return EnvelopeKey((infer_column("_id", value).as_optional(False),), {"_id": value})
+        col = infer_column("_id", value)
+        try:
+            check_value(col, value)
+        except CoercionError as exc:
+            raise FieldError("key.id", str(exc)) from exc
+        return EnvelopeKey((col.as_optional(False),), {"_id": value})
     values: dict[str, Any] = {}
     columns = []
     for name, raw_value in doc.items():
@@ -484,7 +568,38 @@ def parse_json_key(raw: bytes | None, mongodb_hint: bool = False) -> EnvelopeKey
     return EnvelopeKey(tuple(columns), values)
 
 
+def read_connect_message(
+    decoder: Decoder, message: Message, read: Callable[[Any, dict[str, Any]], list[Event]]
+) -> list[Event]:
+    """The start that the Connect JSON decoders share.
+
+    A tombstone (no value, ``null``, or a ``{"schema": ..., "payload": null}`` value) gives
+    ``[]``. Otherwise the value is parsed within the decoder's limits, unwrapped from its
+    ``{"schema", "payload"}`` wrapper when it has one, and passed as ``read(schema, payload)``;
+    a :class:`FieldError` becomes the decoder's DecodeError with the payload preview.
+    """
+    value = message.value
+    if value is None or value.strip() in (b"", b"null"):
+        return []
+    doc = decoder.load_json(message)
+    try:
+        schema: Any = None
+        payload: Any = doc
+        if "payload" in doc and set(doc) <= {"schema", "payload"}:
+            schema, payload = doc.get("schema"), doc["payload"]
+            if payload is None:
+                return []
+            if not isinstance(payload, dict):
+                raise FieldError("payload", f"expected an object, found {type_name(payload)}")
+            if schema is not None and not isinstance(schema, dict):
+                raise FieldError("schema", f"expected an object or null, found {type_name(schema)}")
+        return read(schema, payload)
+    except FieldError as exc:
+        raise decoder.error(exc.field, exc.reason, value) from exc
+
+
 _OPS = {op.value: op for op in Operation}
+_SCHEMA_CACHE_BYTES = 64 * 1024 * 1024
 
 
 class ConnectEnvelopeReader:
@@ -495,8 +610,9 @@ class ConnectEnvelopeReader:
     ``before: {}`` for inserts). The original ``source`` block is kept in ``SourceInfo.fields``
     (its own ``version``/``connector``/``name`` as ``source_version``/``source_connector``/
     ``source_name``); source fields declared in the schema are coerced to their declared types.
-    Equal table schemas are reused (a small LRU). ``column_map`` rewrites declared columns
-    (a format's own logical names into Debezium's).
+    Equal table schemas are reused (a bounded LRU). ``column_map`` rewrites declared columns
+    (a format's own logical names into Debezium's). ``limits`` bound the JSON documents that
+    MongoDB images carry as strings.
     """
 
     def __init__(
@@ -504,25 +620,21 @@ class ConnectEnvelopeReader:
         connector: str,
         cache_size: int = 1024,
         column_map: Callable[[Column], Column] | None = None,
+        limits: JsonLimits = JsonLimits(),
     ) -> None:
         self.connector = connector
+        self.limits = limits
         self._column_map = column_map
-        self._tables: OrderedDict[TableSchema, TableSchema] = OrderedDict()
-        self._schemas: OrderedDict[bytes, tuple[Column, ...]] = OrderedDict()
-        self._cache_size = cache_size
+        self._tables = TableCache(cache_size)
+        self._schemas: LruCache[bytes, tuple[Column, ...]] = LruCache(
+            cache_size, _SCHEMA_CACHE_BYTES, lambda key, _: len(key)
+        )
 
     # -- caches ------------------------------------------------------------------------
 
     def table(self, table: TableSchema) -> TableSchema:
         """The cached TableSchema equal to ``table`` (so the emitter's caches hit)."""
-        cached = self._tables.get(table)
-        if cached is not None:
-            self._tables.move_to_end(table)
-            return cached
-        self._tables[table] = table
-        if len(self._tables) > self._cache_size:
-            self._tables.popitem(last=False)
-        return table
+        return self._tables.intern(table)
 
     def struct_columns(self, schema: Any, where: str) -> tuple[Column, ...]:
         """``columns_from_struct`` with a cache keyed by the schema's JSON text."""
@@ -532,9 +644,7 @@ class ConnectEnvelopeReader:
             cols = columns_from_struct(schema, where)
             if self._column_map is not None:
                 cols = tuple(self._column_map(c) for c in cols)
-            self._schemas[key] = cols
-            if len(self._schemas) > self._cache_size:
-                self._schemas.popitem(last=False)
+            self._schemas.put(key, cols)
         return cols
 
     # -- pieces --------------------------------------------------------------------------
@@ -549,21 +659,20 @@ class ConnectEnvelopeReader:
             raise FieldError(field, f"expected one of c, u, d, r, t, m, found {raw!r}")
         return op
 
-    @staticmethod
-    def image(raw: Any, field: str) -> dict[str, Any] | None:
+    def image(self, raw: Any, field: str) -> dict[str, Any] | None:
         """A row image; a MongoDB JSON document string is parsed; ``{}`` reads as ``null``."""
         if raw is None:
             return None
         if isinstance(raw, str):
             try:
-                doc = orjson.loads(raw)
-            except orjson.JSONDecodeError as exc:
-                raise FieldError(field, f"expected an object or a JSON document string: {exc}") from exc
+                doc = self.limits.loads(raw, field)
+            except FieldError as exc:
+                raise FieldError(field, f"expected an object or a JSON document string: {exc.reason}") from exc
             if not isinstance(doc, dict):
-                raise FieldError(field, f"expected a JSON object document, found {_kind(doc)}")
+                raise FieldError(field, f"expected a JSON object document, found {type_name(doc)}")
             return {k: from_extended_json(v) for k, v in doc.items()}
         if not isinstance(raw, dict):
-            raise FieldError(field, f"expected an object or null, found {_kind(raw)}")
+            raise FieldError(field, f"expected an object or null, found {type_name(raw)}")
         return raw or None
 
     def source_info(
@@ -586,7 +695,7 @@ class ConnectEnvelopeReader:
             col = declared.get(name)
             if col is not None and value is not None and col.type is not ConnectType.STRUCT:
                 with contextlib.suppress(CoercionError):
-                    value = coerce(col, value)
+                    value = coerce_checked(col, value)
             fields[_RENAMED.get(name, name)] = value
         if extra:
             fields.update(extra)
@@ -615,7 +724,7 @@ class ConnectEnvelopeReader:
             if value is None:
                 return None
             if not isinstance(value, str):
-                raise FieldError(f"source.{name}", f"expected a string, found {_kind(value)}")
+                raise FieldError(f"source.{name}", f"expected a string, found {type_name(value)}")
             return value
 
         table = text("table") or text("collection")
@@ -680,7 +789,7 @@ class ConnectEnvelopeReader:
         if source is None:
             source = {}
         if not isinstance(source, dict):
-            raise FieldError("source", f"expected an object, found {_kind(source)}")
+            raise FieldError("source", f"expected an object, found {type_name(source)}")
         columns, declared = self.row_columns(schema, before, after)
         if key is not None and key.columns:
             have = {c.name for c in columns}

@@ -33,11 +33,13 @@ from transforms.decoders.connect_json import (
     ConnectEnvelopeReader,
     EnvelopeKey,
     FieldError,
+    JsonLimits,
     TableName,
     decode_row,
     infer_columns,
     parse_json_key,
     position_sequence,
+    read_connect_message,
 )
 from transforms.envelope import (
     ChangeEvent,
@@ -109,37 +111,20 @@ class DebeziumJsonDecoder(Decoder):
 
     def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
         super().__init__(options, metadata)
-        opts = self.options
-        assert isinstance(opts, DebeziumJsonOptions)
-        self._opts = opts
+        opts = self._opts = self.options_as(DebeziumJsonOptions)
         names = tuple(n.strip() for n in (opts.key_columns or "").split(",") if n.strip())
         self._key_override = (
             EnvelopeKey(tuple(Column(n, ConnectType.STRING, False) for n in names)) if names else None
         )
-        self._reader = ConnectEnvelopeReader(FORMAT_ID)
+        self._limits = JsonLimits(opts.max_message_bytes, opts.max_json_depth)
+        self._reader = ConnectEnvelopeReader(FORMAT_ID, limits=self._limits)
 
     def decode(self, message: Message) -> list[Event]:
-        if message.value is None or message.value.strip() in (b"", b"null"):
-            return []
-        doc = self.load_json(message)
-        try:
-            return self._decode(doc, message)
-        except FieldError as exc:
-            raise self.error(exc.field, exc.reason, message.value) from exc
+        return read_connect_message(self, message, lambda schema, payload: self._decode(schema, payload, message))
 
     # -- dispatch ----------------------------------------------------------------------
 
-    def _decode(self, doc: dict[str, Any], message: Message) -> list[Event]:
-        schema: Any = None
-        payload: Any = doc
-        if "payload" in doc and set(doc) <= {"schema", "payload"}:
-            schema, payload = doc.get("schema"), doc["payload"]
-            if payload is None:
-                return []
-            if not isinstance(payload, dict):
-                raise FieldError("payload", f"expected an object, found {type(payload).__name__}")
-            if schema is not None and not isinstance(schema, dict):
-                raise FieldError("schema", f"expected an object or null, found {type(schema).__name__}")
+    def _decode(self, schema: Any, payload: dict[str, Any], message: Message) -> list[Event]:
         if "op" in payload:
             return self._envelope(payload, schema, message)
         if not payload or set(payload) <= {"ts_ms"}:
@@ -155,7 +140,7 @@ class DebeziumJsonDecoder(Decoder):
     def _key(self, message: Message, mongodb: bool) -> EnvelopeKey | None:
         if self._key_override is not None:
             return self._key_override
-        return parse_json_key(message.key, mongodb_hint=mongodb)
+        return parse_json_key(message.key, mongodb_hint=mongodb, limits=self._limits)
 
     # -- kinds of values ---------------------------------------------------------------
 

@@ -73,7 +73,9 @@ from fastavro.schema import parse_schema
 from pydantic import Field
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
-from transforms.decoders.base import Decoder, Message
+from transforms.decoders.base import Decoder, Message, check_decimal_params
+from transforms.decoders.cache import TableCache
+from transforms.decoders.fields import duplicate, parse_int
 from transforms.envelope import (
     ChangeEvent,
     Event,
@@ -246,9 +248,14 @@ def _geometry(name: str) -> Column:
 
 
 def _decimal(name: str, body: Any, source_type: str | None) -> Column:
+    """A decimal column; ValueError when the value's precision or scale is out of range."""
     precision, scale = body["precision"], body["scale"]
     if precision is None or precision <= 0 or scale is None:
         return Column.decimal(name, None, None, source_type=source_type)
+    try:
+        check_decimal_params(precision, scale)
+    except ValueError as exc:
+        raise ValueError(f"column {name!r}: {exc}") from exc
     return Column.decimal(name, precision, scale, source_type=source_type)
 
 
@@ -351,11 +358,14 @@ _MYSQL_CHARSETS = {
 
 @lru_cache(maxsize=256)
 def _codec(charset: str) -> str | None:
+    """The Python text codec of a charset name; ``None`` for unknown names and for codecs that do
+    not decode bytes to text (``base64``, ``zlib``, ``rot13`` ...)."""
     name = _MYSQL_CHARSETS.get(charset.lower(), charset)
     try:
-        return codecs.lookup(name).name
-    except LookupError:
+        info = codecs.lookup(name)
+    except (LookupError, ValueError):  # ValueError: a name with NUL characters
         return None
+    return info.name if getattr(info, "_is_text_encoding", True) else None
 
 
 _OFFSET_RE = re.compile(r"^(?:UTC|GMT)?\s*([+-])(\d{1,2})(?::?(\d{2}))?$")
@@ -455,7 +465,7 @@ class DtsAvroDecoder(Decoder):
         if not isinstance(self.options, DtsAvroOptions):
             self.options = DtsAvroOptions.model_validate(self.options.model_dump(by_alias=True))
         self._version: DtsSchemaVersion = self.options.schema_version
-        self._tables: dict[tuple[Any, ...], TableSchema] = {}
+        self._tables = TableCache(self._MAX_TABLES)
         self._hints: dict[str, dict[str, Any]] = {}
 
     # -- decode -----------------------------------------------------------------------
@@ -464,12 +474,7 @@ class DtsAvroDecoder(Decoder):
         data = message.value
         if data is None:
             return []
-        if len(data) > self.options.max_message_bytes:
-            raise self.error(
-                None,
-                f"message of {len(data)} bytes exceeds the limit of {self.options.max_message_bytes}",
-                data,
-            )
+        self.check_size(data)
         record = self.read_record(data)
         return self._events(record, data)
 
@@ -608,8 +613,11 @@ class DtsAvroDecoder(Decoder):
         fields = record["fields"]
         if not isinstance(fields, list):
             raise self.error(
-                "fields", f"expected the column list of a {operation} record, found {fields!r}", data
+                "fields", f"expected the column list of a {operation} record, found {fields!r:.60}", data
             )
+        twice = duplicate(f["name"] for f in fields)
+        if twice is not None:
+            raise self.error("fields", f"column {twice!r} is listed twice", data)
         width = len(fields)
         before_raw = (
             None
@@ -617,7 +625,10 @@ class DtsAvroDecoder(Decoder):
             else self._image(record, "beforeImages", width, operation == "DELETE", data)
         )
         after_raw = None if operation == "DELETE" else self._image(record, "afterImages", width, True, data)
-        columns = self._columns(record, fields, before_raw, after_raw)
+        try:
+            columns = self._columns(record, fields, before_raw, after_raw)
+        except ValueError as exc:
+            raise self.error("fields", str(exc), data) from exc
         key = self._key(record, columns, data)
         table = self._table(db, schema, table_name, columns, key)
         fraction = 1_000_000 if self._micros(record) else 1_000_000_000
@@ -724,10 +735,12 @@ class DtsAvroDecoder(Decoder):
         if not text:
             return ()
         try:
-            info = orjson.loads(text)
-        except orjson.JSONDecodeError as exc:
+            info = self.load_embedded_json(text, "tags.pk_uk_info", data)
+        except DecodeError as exc:
             raise self.error(
-                "tags.pk_uk_info", f"expected a JSON object of index → columns, found {text!r}", data
+                "tags.pk_uk_info",
+                f"expected a JSON object of index → columns, found {text!r:.80} ({exc.reason})",
+                data,
             ) from exc
         if not isinstance(info, dict):
             raise self.error(
@@ -754,13 +767,7 @@ class DtsAvroDecoder(Decoder):
         columns: tuple[Column, ...],
         key: tuple[str, ...],
     ) -> TableSchema:
-        cache_key = (db, schema, table, columns, key)
-        cached = self._tables.get(cache_key)
-        if cached is None:
-            if len(self._tables) >= self._MAX_TABLES:
-                self._tables.clear()
-            cached = self._tables[cache_key] = TableSchema(db, schema, table, columns, key)
-        return cached
+        return self._tables.intern(TableSchema(db, schema, table, columns, key))
 
     def _row(
         self, columns: tuple[Column, ...], image: list[Image] | None, name: str, ctx: _Context, data: bytes
@@ -840,6 +847,8 @@ class DtsAvroDecoder(Decoder):
             raise self.error(
                 field, f"value is not valid {charset}: {exc.reason} at byte {exc.start}", data
             ) from exc
+        except UnicodeError as exc:  # codecs such as idna fail with a plain UnicodeError
+            raise self.error(field, f"value is not valid {charset}: {exc}", data) from exc
 
     def _datetime(
         self,
@@ -903,10 +912,11 @@ class DtsAvroDecoder(Decoder):
         if stamps:
             return _epoch_ms(stamps[-1])
         reader = record["tags"].get("readerThroughoutTime", "")
-        return _epoch_ms(int(reader)) if reader.isdigit() else None
+        number = parse_int(reader) if reader.isdigit() else None
+        return _epoch_ms(number) if number is not None else None
 
 
-_POSITION_RE = re.compile(r"^(\d+)@(\d+)$")
+_POSITION_RE = re.compile(r"^([0-9]{1,19})@([0-9]{1,10})$")
 
 
 def _sequence(position: str, record_id: int) -> str | None:

@@ -16,19 +16,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import orjson
-
 from transforms.connect import Column, ConnectType, Logical, TableSchema
-from transforms.decoders.base import Decoder, Message
-from transforms.decoders.schemaless_json import (
-    infer_columns,
+from transforms.decoders.base import Decoder, Message, check_decimal_params, type_name
+from transforms.decoders.fields import (
+    INT64_MAX,
+    duplicate,
     optional_int,
     optional_str,
     required_str,
     string_list,
-    table_schema,
-    typed_image,
 )
+from transforms.decoders.schemaless_json import infer_columns, table_schema, typed_image
 from transforms.envelope import (
     ChangeEvent,
     Event,
@@ -38,6 +36,7 @@ from transforms.envelope import (
     SourceInfo,
     TransactionRef,
 )
+from transforms.errors import DecodeError
 
 __all__ = ["MaxwellJsonDecoder"]
 
@@ -56,8 +55,10 @@ _DDL_CHANGE = {
     "table-drop": "DROP",
 }
 _MARKERS = frozenset({"bootstrap-start", "bootstrap-complete", "heartbeat"})
-_POSITION_RE = re.compile(r"^(?P<file>[^:]+):(?P<pos>\d+)$")
-_FILE_INDEX_RE = re.compile(r"^(?P<base>.*?)(?P<index>\d+)$")
+_POSITION_RE = re.compile(r"^(?P<file>[^:]+):(?P<pos>[0-9]{1,19})$")
+# bounded digit run: an unbounded \d+ after a lazy prefix is quadratic on long digit strings
+_FILE_INDEX_RE = re.compile(r"^(?P<base>.*?)(?P<index>[0-9]{1,18})$")
+_MAX_TS_SECONDS = INT64_MAX // 1000
 
 _INT_TYPES = {"tinyint": ConnectType.INT16, "smallint": ConnectType.INT16, "mediumint": ConnectType.INT32}
 _TEXT_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "string"})
@@ -86,6 +87,15 @@ class MaxwellJsonDecoder(Decoder):
             "type", f"unknown type {kind!r}; expected one of {', '.join([*_ROW_OPS, *_DDL_CHANGE])}", payload
         )
 
+    def _kafka_key(self, key: bytes | None) -> Any:
+        """The parsed Kafka key, or ``None`` when there is none or it is not JSON within the limits."""
+        if not key:
+            return None
+        try:
+            return self.load_embedded_json(key, "key", key)
+        except DecodeError:
+            return None
+
     # -- rows ----------------------------------------------------------------------
 
     def _row(self, doc: dict[str, Any], op: Operation, message: Message, payload: bytes) -> ChangeEvent:
@@ -93,10 +103,10 @@ class MaxwellJsonDecoder(Decoder):
         table = required_str(self, doc, "table", payload)
         data = doc.get("data")
         if not isinstance(data, dict):
-            raise self.error("data", f"expected an object with the row, found {_kind(data)}", payload)
+            raise self.error("data", f"expected an object with the row, found {type_name(data)}", payload)
         old = doc.get("old")
         if old is not None and not isinstance(old, dict):
-            raise self.error("old", f"expected an object of previous values, found {_kind(old)}", payload)
+            raise self.error("old", f"expected an object of previous values, found {type_name(old)}", payload)
 
         before: dict[str, Any] | None = None
         after: dict[str, Any] | None = data
@@ -109,6 +119,8 @@ class MaxwellJsonDecoder(Decoder):
         key = self._key_columns(doc, message, data, payload)
         schema = table_schema(database, None, table, columns, key)
         ts = optional_int(self, doc, "ts", payload)
+        if ts is not None and abs(ts) > _MAX_TS_SECONDS:
+            raise self.error("ts", f"expected epoch seconds, found {ts}", payload)
         return ChangeEvent(
             op=op,
             table=schema,
@@ -123,7 +135,7 @@ class MaxwellJsonDecoder(Decoder):
     ) -> tuple[str, ...]:
         names = string_list(self, doc, "primary_key_columns", payload)
         if names is None:
-            return _key_from_kafka_key(message.key, data)
+            return _key_from_kafka_key(self._kafka_key(message.key), data)
         missing = [n for n in names if n not in data]
         if missing:
             raise self.error("primary_key_columns", f"key column(s) {missing} not in data", payload)
@@ -184,7 +196,7 @@ class MaxwellJsonDecoder(Decoder):
         if definition is not None:
             if not isinstance(definition, dict):
                 raise self.error(
-                    "def", f"expected a table definition object, found {_kind(definition)}", payload
+                    "def", f"expected a table definition object, found {type_name(definition)}", payload
                 )
             if is_table:
                 new_table = self._table_def(definition, database, table, payload)
@@ -205,16 +217,19 @@ class MaxwellJsonDecoder(Decoder):
         raw_columns = definition.get("columns")
         if not isinstance(raw_columns, list):
             raise self.error(
-                "def.columns", f"expected a list of columns, found {_kind(raw_columns)}", payload
+                "def.columns", f"expected a list of columns, found {type_name(raw_columns)}", payload
             )
         columns: list[Column] = []
         for i, raw in enumerate(raw_columns):
             where = f"def.columns[{i}]."
             if not isinstance(raw, dict):
-                raise self.error(where[:-1], f"expected a column object, found {_kind(raw)}", payload)
+                raise self.error(where[:-1], f"expected a column object, found {type_name(raw)}", payload)
             name = required_str(self, raw, "name", payload, where=where)
             kind = required_str(self, raw, "type", payload, where=where)
             columns.append(self._def_column(name, kind.lower(), raw, where, payload))
+        twice = duplicate(c.name for c in columns)
+        if twice is not None:
+            raise self.error("def.columns", f"column {twice!r} is listed twice", payload)
         key = string_list(self, definition, "primary-key", payload, where="def.") or ()
         db = optional_str(self, definition, "database", payload, where="def.") or database
         name = optional_str(self, definition, "table", payload, where="def.") or table or ""
@@ -235,6 +250,10 @@ class MaxwellJsonDecoder(Decoder):
         if kind in ("decimal", "numeric"):
             precision = optional_int(self, raw, "precision", payload, where=where)
             scale = optional_int(self, raw, "scale", payload, where=where)
+            try:
+                check_decimal_params(precision, scale)
+            except ValueError as exc:
+                raise self.error(where[:-1], str(exc), payload) from exc
             return Column.decimal(name, precision, scale or 0, source_type=kind)
         if kind == "date":
             return Column(name, ConnectType.INT32, logical=Logical.DATE, source_type=kind)
@@ -262,18 +281,12 @@ class MaxwellJsonDecoder(Decoder):
         return Column(name, ConnectType.STRING, source_type=kind)
 
 
-def _key_from_kafka_key(key: bytes | None, data: dict[str, Any]) -> tuple[str, ...]:
+def _key_from_kafka_key(parsed: Any, data: dict[str, Any]) -> tuple[str, ...]:
     """Key column names from Maxwell's Kafka key (hash or array format), matched to ``data``.
 
     Maxwell lower-cases the names in its key; they are matched to the row's columns ignoring
     case. A key that does not parse or does not match the row gives no key columns.
     """
-    if not key:
-        return ()
-    try:
-        parsed = orjson.loads(key)
-    except orjson.JSONDecodeError:
-        return ()
     names: list[str] = []
     if isinstance(parsed, dict):
         names = [k[3:] for k in parsed if isinstance(k, str) and k.startswith("pk.")]
@@ -283,6 +296,3 @@ def _key_from_kafka_key(key: bytes | None, data: dict[str, Any]) -> tuple[str, .
     resolved = tuple(by_lower.get(n.lower(), "") for n in names)
     return resolved if resolved and all(resolved) else ()
 
-
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__

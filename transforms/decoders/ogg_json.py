@@ -17,15 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from transforms.decoders.base import Decoder, Message
-from transforms.decoders.schemaless_json import (
-    check_timestamp,
-    infer_columns,
-    padded_sequence,
-    required_str,
-    string_list,
-    table_schema,
-    typed_image,
-)
+from transforms.decoders.fields import check_timestamp, padded_sequence, required_str, string_list
+from transforms.decoders.schemaless_json import infer_columns, table_schema, typed_image
 from transforms.envelope import ChangeEvent, Event, Operation, SourceInfo, TransactionRef
 from transforms.values import UNAVAILABLE
 

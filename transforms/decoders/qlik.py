@@ -35,6 +35,11 @@ Semantics:
   ``transactionLastEvent`` is true (off by default: Replicate sends no BEGIN, and a transaction
   spread over several topics has no single last event).
 * Binary values are hex digits in JSON messages and bytes in Avro messages.
+
+Avro schemas come from the messages themselves (``messageSchema``, ``dataSchema``), so they are
+parsed within the ``max.json.depth`` limit and rejected when an array's items encode in zero
+bytes (``null``, an empty record): such an array holds any number of items in a few bytes, a
+memory and time bomb for the Avro reader.
 """
 
 from __future__ import annotations
@@ -43,7 +48,6 @@ import datetime as dt
 import io
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, ClassVar
 
 import orjson
@@ -52,6 +56,8 @@ from pydantic import Field
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import Decoder, Message
+from transforms.decoders.cache import LruCache, TableCache
+from transforms.decoders.fields import epoch_millis, parse_int
 from transforms.decoders.qlik_model import ColumnMask, Fail, QlikTableMetadata, hex_bytes, parse_metadata
 from transforms.envelope import (
     ChangeEvent,
@@ -65,9 +71,10 @@ from transforms.envelope import (
     TransactionStatus,
 )
 from transforms.errors import DecodeError, UnknownSchemaError
+from transforms.jsonio import JsonLimitError, loads_limited
 from transforms.metadata import MetadataStore
 from transforms.options import FormatOptions
-from transforms.values import UNAVAILABLE, CoercionError, parse_datetime
+from transforms.values import CoercionError
 
 __all__ = [
     "ENVELOPE_SCHEMA",
@@ -105,8 +112,6 @@ _OPERATIONS = {
     "UPDATE": Operation.UPDATE,
     "DELETE": Operation.DELETE,
 }
-_EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_MILLISECOND = dt.timedelta(milliseconds=1)
 _NAIVE_TIMESTAMPS = frozenset({Logical.TIMESTAMP, Logical.MICRO_TIMESTAMP, Logical.NANO_TIMESTAMP})
 _CACHE_LIMIT = 10_000
 
@@ -139,12 +144,6 @@ class RegisteredTable:
         return self.table.columns
 
 
-def _ms(value: dt.datetime) -> int:
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
-    return (value - _EPOCH_UTC) // _MILLISECOND
-
-
 class QlikChangeReader:
     """The Replicate logic shared by the JSON and Avro decoders (by composition).
 
@@ -157,7 +156,7 @@ class QlikChangeReader:
         self._decoder = decoder
         self._options = options
         self._tables: dict[str, RegisteredTable] = {}
-        self._schemas: dict[TableSchema, TableSchema] = {}
+        self._schemas = TableCache(_CACHE_LIMIT)
 
     # -- metadata --------------------------------------------------------------------
 
@@ -289,11 +288,7 @@ class QlikChangeReader:
         return fail
 
     def _registered(self, document: Any, meta: QlikTableMetadata) -> RegisteredTable:
-        table = meta.table_schema(self._options.database_name)
-        shared = self._schemas.setdefault(table, table)
-        if len(self._schemas) > _CACHE_LIMIT:
-            self._schemas.clear()
-        return RegisteredTable(document, meta, shared)
+        return RegisteredTable(document, meta, self._schemas.intern(meta.table_schema(self._options.database_name)))
 
     def _remember(self, schema_id: str, registered: RegisteredTable) -> None:
         if len(self._tables) >= _CACHE_LIMIT:
@@ -304,7 +299,7 @@ class QlikChangeReader:
         if not meta.timestamp:
             return None
         try:
-            return _ms(parse_datetime(meta.timestamp))
+            return epoch_millis(meta.timestamp)
         except CoercionError as exc:
             raise self._decoder.error("message.lineage.timestamp", str(exc), payload) from exc
 
@@ -322,7 +317,7 @@ class QlikChangeReader:
             return None
         if not isinstance(raw, str | bytes):
             raise self._decoder.error(
-                f"message.headers.{name}", f"expected hex digits or bytes, found {raw!r}", payload
+                f"message.headers.{name}", f"expected hex digits or bytes, found {raw!r:.60}", payload
             )
         try:
             return ColumnMask.parse(raw)
@@ -344,18 +339,18 @@ class QlikChangeReader:
                 raise self._decoder.error(
                     f"{field}.{name}",
                     f"column not in table {meta.schema}.{meta.table} version {meta.table_version}"
-                    f" (schema id {meta.schema_id}); known: {', '.join(c.name for c in table.columns)}",
+                    f" (schema id {meta.schema_id}); known: {', '.join(c.name for c in table.columns[:50])}",
                     payload,
                 )
-        row: dict[str, Any] = {}
-        for qcol, col in zip(registered.metadata.columns, table.columns, strict=True):
-            if (mask is not None and not mask.has(qcol.ordinal)) or col.name not in raw:
-                row[col.name] = UNAVAILABLE
-                continue
-            row[col.name] = self._value(col, raw[col.name], f"{field}.{col.name}", payload)
-        return row
+        if mask is not None:  # a column whose mask bit is clear is absent, whatever the image holds
+            raw = {
+                col.name: raw[col.name]
+                for qcol, col in zip(registered.metadata.columns, table.columns, strict=True)
+                if col.name in raw and mask.has(qcol.ordinal)
+            }
+        return self._decoder.typed_row(table.columns, raw, field, payload, self._value)
 
-    def _value(self, col: Column, raw: Any, field: str, payload: bytes) -> Any:
+    def _value(self, col: Column, raw: Any, field: str, payload: bytes | str | None) -> Any:
         if raw is None:
             return None
         if col.type is ConnectType.BYTES and not col.is_decimal and isinstance(raw, str):
@@ -385,7 +380,7 @@ class QlikChangeReader:
             return value
         if isinstance(value, str):
             try:
-                return _ms(parse_datetime(value))
+                return epoch_millis(value)
             except CoercionError as exc:
                 raise self._decoder.error("message.headers.timestamp", str(exc), payload) from exc
         raise self._decoder.error(
@@ -396,15 +391,14 @@ class QlikChangeReader:
         value = headers.get("transactionEventCounter")
         if value is None or value == "":
             return None
-        if isinstance(value, str) and value.strip().isdigit():
-            return int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        number = parse_int(value)
+        if number is None or number < 0:
             raise self._decoder.error(
                 "message.headers.transactionEventCounter",
-                f"expected a counter >= 0, found {value!r}",
+                f"expected a counter >= 0, found {value!r:.60}",
                 payload,
             )
-        return value
+        return number
 
     def _last_event(self, headers: Mapping[str, Any], payload: bytes) -> bool | None:
         value = headers.get("transactionLastEvent")
@@ -472,8 +466,7 @@ class QlikJsonDecoder(Decoder):
 
     def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
         super().__init__(options, metadata)
-        opts = self.options if isinstance(self.options, QlikOptions) else QlikOptions()
-        self.reader = QlikChangeReader(self, opts)
+        self.reader = QlikChangeReader(self, self.options_as(QlikOptions))
 
     def decode(self, message: Message) -> list[Event]:
         if message.value is None:
@@ -493,12 +486,60 @@ class QlikJsonDecoder(Decoder):
         raise self.error("type", f"expected 'MD' (metadata) or 'DT' (data), found {kind!r}", payload)
 
 
-@lru_cache(maxsize=1024)
-def _parsed_schema(text: str) -> Any:
-    return parse_schema(orjson.loads(text))
-
-
 _ENVELOPE = parse_schema(ENVELOPE_SCHEMA)
+_SCHEMA_CACHE_BYTES = 64 * 1024 * 1024
+_PRIMITIVE_SIZES = {"null": 0, "boolean": 1, "int": 1, "long": 1, "float": 4, "double": 8, "bytes": 1, "string": 1}
+
+
+def _min_size(schema: Any, named: dict[str, Any], seen: frozenset[str] = frozenset()) -> int:
+    """The fewest bytes a value of an Avro (JSON) schema encodes in; 0 or 1 is all that matters."""
+    if isinstance(schema, list):  # a union writes its branch index
+        return 1
+    if isinstance(schema, str):
+        if schema in _PRIMITIVE_SIZES:
+            return _PRIMITIVE_SIZES[schema]
+        if schema in seen or schema not in named:
+            return 1  # a recursive reference (or an unknown name fastavro rejects anyway)
+        return _min_size(named[schema], named, seen | {schema})
+    if not isinstance(schema, dict):
+        return 1
+    kind = schema.get("type")
+    if kind == "fixed":
+        size = schema.get("size")
+        return 1 if isinstance(size, int) and size > 0 else 0
+    if kind == "record":
+        fields = schema.get("fields")
+        if not isinstance(fields, list):
+            return 1
+        name = schema.get("name")
+        inner = seen | {name} if isinstance(name, str) else seen
+        return min(1, sum(_min_size(f.get("type"), named, inner) for f in fields if isinstance(f, dict)))
+    if kind in ("array", "map", "enum"):
+        return 1
+    return _min_size(kind, named, seen)
+
+
+def _check_avro_schema(schema: Any) -> None:
+    """Raise ValueError when an array's items may encode in zero bytes (see the module docs)."""
+    named: dict[str, Any] = {}
+    stack = [schema]
+    nodes: list[dict[str, Any]] = []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            nodes.append(node)
+            name = node.get("name")
+            if node.get("type") in ("record", "enum", "fixed", "error") and isinstance(name, str):
+                named[name] = node
+                namespace = node.get("namespace")
+                if isinstance(namespace, str) and "." not in name:
+                    named[f"{namespace}.{name}"] = node
+            stack.extend(v for k, v in node.items() if k in ("type", "fields", "items", "values"))
+    for node in nodes:
+        if node.get("type") == "array" and _min_size(node.get("items"), named) == 0:
+            raise ValueError(f"an array of {node.get('items')!r:.60} items, which encode in zero bytes")
 
 
 class QlikAvroDecoder(Decoder):
@@ -513,19 +554,14 @@ class QlikAvroDecoder(Decoder):
 
     def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
         super().__init__(options, metadata)
-        opts = self.options if isinstance(self.options, QlikOptions) else QlikOptions()
-        self.reader = QlikChangeReader(self, opts)
+        self.reader = QlikChangeReader(self, self.options_as(QlikOptions))
+        self._schemas: LruCache[str, Any] = LruCache(1024, _SCHEMA_CACHE_BYTES, lambda text, _: len(text))
 
     def decode(self, message: Message) -> list[Event]:
         if message.value is None:
             return []
         payload = message.value
-        if len(payload) > self.options.max_message_bytes:
-            raise self.error(
-                None,
-                f"message of {len(payload)} bytes exceeds the limit of {self.options.max_message_bytes}",
-                payload,
-            )
+        self.check_size(payload)
         envelope = self._read(_ENVELOPE, payload, "envelope", payload)
         magic = envelope.get("magic")
         if magic != MAGIC.encode():
@@ -561,11 +597,22 @@ class QlikAvroDecoder(Decoder):
 
     def _schema(self, text: Any, field: str, payload: bytes) -> Any:
         if not isinstance(text, str) or not text:
-            raise self.error(field, f"expected an Avro schema (JSON text), found {text!r}", payload)
+            raise self.error(field, f"expected an Avro schema (JSON text), found {text!r:.60}", payload)
+        parsed = self._schemas.get(text)
+        if parsed is not None:
+            return parsed
         try:
-            return _parsed_schema(text)
-        except Exception as exc:  # orjson and fastavro raise many kinds of errors on bad schemas
+            document = loads_limited(
+                text, max_bytes=self.options.max_message_bytes, max_depth=self.options.max_json_depth
+            )
+            _check_avro_schema(document)
+            parsed = parse_schema(document)
+        except (JsonLimitError, ValueError) as exc:
+            raise self.error(field, f"invalid Avro schema: {exc}", payload) from exc
+        except Exception as exc:  # fastavro raises many kinds of errors on bad schemas
             raise self.error(field, f"invalid Avro schema: {type(exc).__name__}: {exc}", payload) from exc
+        self._schemas.put(text, parsed)
+        return parsed
 
     def _read(self, schema: Any, data: bytes, field: str, payload: bytes) -> Any:
         buffer = io.BytesIO(data)

@@ -17,7 +17,8 @@ with ordinal ``k``. So the *last* byte (last two hex digits) holds ordinals 1..8
 in its lowest bit; the byte before it holds ordinals 9..16, and so on. This is Replicate's
 documented example (``0B`` = ``1011`` = ordinals 1, 2 and 4) and matches captured Replicate
 messages (a 16-column table has ``columnMask`` ``00FFFF``; changing its 8th and 16th columns
-gives ``changeMask`` ``008080``). Ordinals past the mask's width are clear.
+gives ``changeMask`` ``008080``). Ordinals past the mask's width are clear. A mask is at most
+:data:`MAX_MASK_BYTES` long (8192 columns; no database allows more).
 
 >>> m = ColumnMask.parse("0B")
 >>> [k for k in range(1, 9) if m.has(k)]
@@ -35,9 +36,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
+from transforms.decoders.base import check_decimal_params
+from transforms.decoders.fields import parse_int
 from transforms.errors import DecodeError
 
 __all__ = [
+    "MAX_MASK_BYTES",
+    "REPLICATE_TYPES",
     "ColumnMask",
     "Fail",
     "QlikColumn",
@@ -46,6 +51,8 @@ __all__ = [
     "hex_bytes",
     "parse_metadata",
 ]
+
+MAX_MASK_BYTES = 1024
 
 Fail = Callable[[str, str], DecodeError]
 """Builds the error to raise for a field and a reason (the decoder adds format id and payload)."""
@@ -65,6 +72,9 @@ class ColumnMask:
         >>> ColumnMask.parse("1f").text
         '1F'
         """
+        size = len(raw) if isinstance(raw, bytes) else (len(raw.strip()) + 1) // 2
+        if size > MAX_MASK_BYTES:
+            raise ValueError(f"expected a column mask of at most {MAX_MASK_BYTES} bytes, found {size}")
         if isinstance(raw, bytes):
             return ColumnMask(int.from_bytes(raw, "big"), raw.hex().upper())
         text = raw.strip()
@@ -73,7 +83,7 @@ class ColumnMask:
         try:
             data = bytes.fromhex(text)
         except ValueError as exc:
-            raise ValueError(f"expected hex digits, found {raw!r}") from exc
+            raise ValueError(f"expected hex digits, found {raw!r:.60}") from exc
         return ColumnMask(int.from_bytes(data, "big"), data.hex().upper())
 
     def has(self, ordinal: int) -> bool:
@@ -183,7 +193,7 @@ _DECIMAL_TYPES = frozenset({"NUMERIC", "DECIMAL"})
 _SIZED_TYPES = frozenset({"STRING", "WSTRING", "BYTES"})
 _DATETIME_TYPES = frozenset({"DATETIME", "TIMESTAMP"})
 
-_SIMPLE_TYPES: dict[str, tuple[ConnectType, str | None]] = {
+REPLICATE_TYPES: dict[str, tuple[ConnectType, str | None]] = {
     "INT1": (ConnectType.INT8, None),
     "INT2": (ConnectType.INT16, None),
     "INT4": (ConnectType.INT32, None),
@@ -206,6 +216,8 @@ _SIMPLE_TYPES: dict[str, tuple[ConnectType, str | None]] = {
     "DATE": (ConnectType.INT32, Logical.DATE),
     "TIME": (ConnectType.INT64, Logical.MICRO_TIME),
 }
+"""Replicate's data types (also AWS DMS's, which runs Replicate's engine) without a size → Connect
+type and logical name. Decimal and date-time types depend on precision/scale and are mapped apart."""
 
 
 def connect_column(col: QlikColumn) -> Column:
@@ -224,7 +236,7 @@ def connect_column(col: QlikColumn) -> Column:
     if kind in _DATETIME_TYPES:
         logical = Logical.TIMESTAMP if col.scale <= 3 else Logical.MICRO_TIMESTAMP
         return Column(col.name, ConnectType.INT64, col.nullable, logical, source_type=col.source_type)
-    ctype, logical_name = _SIMPLE_TYPES.get(kind, (ConnectType.STRING, None))
+    ctype, logical_name = REPLICATE_TYPES.get(kind, (ConnectType.STRING, None))
     return Column(col.name, ctype, col.nullable, logical_name, source_type=col.source_type)
 
 
@@ -235,11 +247,10 @@ def _int(obj: Mapping[str, Any], name: str, field: str, fail: Fail, default: int
     value = obj.get(name)
     if value is None and default is not None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-            return int(value)
-        raise fail(f"{field}.{name}", f"expected an integer, found {value!r}")
-    return value
+    number = parse_int(value)
+    if number is None:
+        raise fail(f"{field}.{name}", f"expected an integer, found {value!r:.60}")
+    return number
 
 
 def _str(obj: Mapping[str, Any], name: str, field: str, fail: Fail, required: bool = False) -> str:
@@ -265,8 +276,14 @@ def _column(name: str, spec: Any, field: str, fail: Fail) -> QlikColumn:
     if not isinstance(spec, Mapping):
         raise fail(where, f"expected a column object, found {type(spec).__name__}")
     ordinal = _int(spec, "ordinal", where, fail)
-    if ordinal < 1:
-        raise fail(f"{where}.ordinal", f"expected an ordinal >= 1, found {ordinal}")
+    if not 1 <= ordinal <= 8 * MAX_MASK_BYTES:
+        raise fail(f"{where}.ordinal", f"expected an ordinal from 1 to {8 * MAX_MASK_BYTES}, found {ordinal}")
+    precision = _int(spec, "precision", where, fail, 0)
+    scale = _int(spec, "scale", where, fail, 0)
+    try:
+        check_decimal_params(precision, scale)
+    except ValueError as exc:
+        raise fail(where, str(exc)) from exc
     nullable = spec.get("nullable", True)
     if not isinstance(nullable, bool):
         raise fail(f"{where}.nullable", f"expected a boolean, found {nullable!r}")
@@ -275,8 +292,8 @@ def _column(name: str, spec: Any, field: str, fail: Fail) -> QlikColumn:
         ordinal=ordinal,
         type=_str(spec, "type", where, fail, required=True).strip().upper(),
         length=_int(spec, "length", where, fail, 0),
-        precision=_int(spec, "precision", where, fail, 0),
-        scale=_int(spec, "scale", where, fail, 0),
+        precision=precision,
+        scale=scale,
         primary_key_position=_int(spec, "primaryKeyPosition", where, fail, 0),
         nullable=nullable,
     )

@@ -43,6 +43,8 @@ from pydantic import Field, field_validator
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import Decoder, Message
+from transforms.decoders.cache import TableCache
+from transforms.decoders.fields import optional_int, optional_scalar, parse_int
 from transforms.envelope import (
     ChangeEvent,
     Event,
@@ -54,12 +56,13 @@ from transforms.envelope import (
 )
 from transforms.metadata import MetadataStore
 from transforms.options import FormatOptions
-from transforms.values import UNAVAILABLE, CoercionError, parse_datetime
+from transforms.values import CoercionError, parse_datetime
 
 __all__ = ["ShareplexJsonDecoder", "ShareplexJsonOptions", "oracle_column"]
 
 _COLUMNS_NS = "shareplex-json.columns"
 _BEFORE_NS = "shareplex-json.update-before"
+_MAX_TRACKED_COLUMNS = 4096  # Oracle allows 1000 columns per table
 
 _TYPE_RE = re.compile(
     r"^\s*([a-z_][a-z0-9_]*(?:\s+(?:precision|raw))?)\s*(?:\(\s*(\d+)\s*(?:,\s*(-?\d+)\s*)?\))?\s*(.*)$",
@@ -230,15 +233,13 @@ class ShareplexJsonDecoder(Decoder):
 
     def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
         super().__init__(options, metadata)
-        opts = self.options
-        assert isinstance(opts, ShareplexJsonOptions)
-        self._opts = opts
+        opts = self._opts = self.options_as(ShareplexJsonOptions)
         self._keys = _parse_key_columns(opts.key_columns) if opts.key_columns else {}
         self._declared: dict[str, tuple[Column, ...]] = {
             table.upper(): tuple(oracle_column(name, t) for name, t in cols.items())
             for table, cols in (opts.column_types or {}).items()
         }
-        self._tables: dict[TableSchema, TableSchema] = {}
+        self._tables = TableCache()
 
     # -- fields ----------------------------------------------------------------------------
 
@@ -254,32 +255,20 @@ class ShareplexJsonDecoder(Decoder):
             raise self.error(name, f"expected an object of column values, found {type(value).__name__}", raw)
         return value
 
-    def _scalar(self, meta: Mapping[str, Any], name: str, raw: bytes) -> str | int | None:
-        value = meta.get(name)
-        if value is None or (isinstance(value, str | int) and not isinstance(value, bool)):
-            return value
-        raise self.error(f"meta.{name}", f"expected a string or integer, found {value!r}", raw)
-
-    def _int(self, meta: Mapping[str, Any], name: str, raw: bytes) -> int | None:
-        value = self._scalar(meta, name, raw)
-        if value is None or isinstance(value, int):
-            return value
-        if value.strip().isdigit():
-            return int(value)
-        raise self.error(f"meta.{name}", f"expected an integer, found {value!r}", raw)
-
     def _time_ms(self, meta: Mapping[str, Any], name: str, raw: bytes) -> int | None:
         value = meta.get(name)
         if value is None:
             return None
         if not isinstance(value, str):
             raise self.error(
-                f"meta.{name}", f"expected a time like '2017-06-16T14:24:34Z', found {value!r}", raw
+                f"meta.{name}", f"expected a time like '2017-06-16T14:24:34Z', found {value!r:.60}", raw
             )
         try:
             return epoch_ms(parse_datetime(value))
         except CoercionError as exc:
             raise self.error(f"meta.{name}", str(exc), raw) from exc
+        except (OverflowError, ValueError) as exc:  # a zone offset pushing year 1 or 9999 out of range
+            raise self.error(f"meta.{name}", f"time {value!r:.60} is out of range", raw) from exc
 
     # -- decode ----------------------------------------------------------------------------
 
@@ -300,22 +289,22 @@ class ShareplexJsonDecoder(Decoder):
             raise self.error("meta.op", f"unknown operation {op_text!r}; expected one of {_KNOWN}", raw)
 
         owner, table = self._names(meta, message, raw)
-        scn = self._scalar(meta, "scn", raw)
-        if isinstance(scn, str) and scn and not scn.strip().isdigit():
-            raise self.error("meta.scn", f"expected a decimal SCN, found {scn!r}", raw)
-        seq = self._int(meta, "seq", raw)
-        trans = self._scalar(meta, "trans", raw)
-        rowid = self._scalar(meta, "rowid", raw)
+        scn = optional_scalar(self, meta, "scn", raw, where="meta.")
+        scn_number = parse_int(scn) if scn != "" else None
+        if scn not in (None, "") and (scn_number is None or scn_number < 0):
+            raise self.error("meta.scn", f"expected a decimal SCN, found {scn!r:.60}", raw)
+        seq = optional_int(self, meta, "seq", raw, where="meta.")
+        trans = optional_scalar(self, meta, "trans", raw, where="meta.")
+        rowid = optional_scalar(self, meta, "rowid", raw, where="meta.")
         fields: dict[str, Any] = {}
         for name in ("scn", "rowid", "userid", "trans", "seq", "size", "idx", "posttime"):
-            value = (
-                self._scalar(meta, name, raw) if name not in ("seq", "size") else self._int(meta, name, raw)
-            )
+            reader = optional_int if name in ("seq", "size") else optional_scalar
+            value = reader(self, meta, name, raw, where="meta.")
             if value is not None:
                 fields[name] = value
         ts_ms = self._time_ms(meta, "time", raw)
         post_ms = self._time_ms(meta, "posttime", raw)
-        sequence = f"{int(scn):020d}:{seq:010d}" if scn not in (None, "") and seq is not None else None
+        sequence = f"{scn_number:020d}:{seq:010d}" if scn_number is not None and seq is not None else None
         source = SourceInfo(connector=self.format_id, ts_ms=ts_ms, sequence=sequence, fields=fields)
         tx = TransactionRef(str(trans), seq, seq) if trans not in (None, "") else None
         qualified = f"{owner}.{table}" if owner else table
@@ -328,7 +317,7 @@ class ShareplexJsonDecoder(Decoder):
         before_key = f"{qualified}\x1f{trans}\x1f{rowid if rowid is not None else ''}"
         if kind in _UPDATE_BEFORE:
             row = {**(key or {}), **(data or {})}
-            self._image(self._schema(owner, table, qualified, list(row), track=True), row, "data", raw)
+            self._image(self._schema(owner, table, qualified, list(row), True, raw), row, "data", raw)
             self.metadata.put(_BEFORE_NS, before_key, row)
             return []
 
@@ -353,7 +342,7 @@ class ShareplexJsonDecoder(Decoder):
         assert op is not None
 
         seen = [*(before_raw or {}), *(after_raw or {})]
-        schema = self._schema(owner, table, qualified, seen, track=op is not Operation.TRUNCATE)
+        schema = self._schema(owner, table, qualified, seen, op is not Operation.TRUNCATE, raw)
         before = self._image(schema, before_raw, "key" if op is Operation.UPDATE else "data", raw)
         after = self._image(schema, after_raw, "data", raw)
         return [ChangeEvent(op, schema, before, after, source, tx, ts_ms=post_ms)]
@@ -380,11 +369,15 @@ class ShareplexJsonDecoder(Decoder):
         return [str(c) for c in known] if isinstance(known, list) else []
 
     def _schema(
-        self, owner: str | None, table: str, qualified: str, seen: list[str], track: bool
+        self, owner: str | None, table: str, qualified: str, seen: list[str], track: bool, raw: bytes
     ) -> TableSchema:
         declared = self._declared.get(qualified.upper()) or self._declared.get("*") or ()
         known = self._known_columns(qualified)
         names = dict.fromkeys([*(c.name for c in declared), *known, *seen])
+        if len(names) > _MAX_TRACKED_COLUMNS:
+            raise self.error(
+                "data", f"{qualified} would have {len(names)} columns, more than {_MAX_TRACKED_COLUMNS}", raw
+            )
         if track and self._opts.track_columns:
             tracked = dict.fromkeys([*known, *seen])
             if len(tracked) > len(known):
@@ -392,36 +385,22 @@ class ShareplexJsonDecoder(Decoder):
         by_name = {c.name: c for c in declared}
         columns = tuple(by_name.get(n) or Column(n, ConnectType.STRING) for n in names)
         key = self._keys.get(qualified.upper()) or self._keys.get("*") or ()
-        schema = TableSchema(owner, None, table, columns, key)
-        cached = self._tables.get(schema)
-        if cached is not None:
-            return cached
-        if len(self._tables) > 4096:
-            self._tables.clear()
-        self._tables[schema] = schema
-        return schema
+        return self._tables.intern(TableSchema(owner, None, table, columns, key))
 
     def _image(
         self, schema: TableSchema, row: Mapping[str, Any] | None, where: str, raw: bytes
     ) -> dict[str, Any] | None:
-        if row is None:
-            return None
-        out: dict[str, Any] = {}
-        for col in schema.columns:
-            if col.name not in row:
-                out[col.name] = UNAVAILABLE
-                continue
-            value = row[col.name]
-            field = f"{where}.{col.name}"
-            if isinstance(value, dict | list):
-                raise self.error(field, f"expected a scalar column value, found {value!r}", raw)
-            if col.type is ConnectType.BYTES and col.logical is None and isinstance(value, str):
-                try:
-                    value = bytes.fromhex(value)
-                except ValueError as exc:
-                    raise self.error(field, f"expected hex-encoded bytes, found {value[:40]!r}", raw) from exc
-            out[col.name] = self.coerce(col, value, field, raw)
-        return out
+        return None if row is None else self.typed_row(schema.columns, row, where, raw, self._value)
+
+    def _value(self, col: Column, value: Any, field: str, raw: bytes | str | None) -> Any:
+        if isinstance(value, dict | list):
+            raise self.error(field, f"expected a scalar column value, found {value!r:.60}", raw)
+        if col.type is ConnectType.BYTES and col.logical is None and isinstance(value, str):
+            try:
+                value = bytes.fromhex(value)
+            except ValueError as exc:
+                raise self.error(field, f"expected hex-encoded bytes, found {value[:40]!r}", raw) from exc
+        return self.coerce(col, value, field, raw)
 
     def _drop_column(
         self,
@@ -441,6 +420,6 @@ class ShareplexJsonDecoder(Decoder):
         if known:
             remaining = [n for n in known if n not in dropped]
             self.metadata.put(_COLUMNS_NS, qualified.upper(), remaining)
-            schema = self._schema(owner, table, qualified, [], track=False)
+            schema = self._schema(owner, table, qualified, [], False, raw)
             new_table = schema.with_columns([c for c in schema.columns if c.name not in dropped])
         return [SchemaChangeEvent(owner, None, table, ddl, source, "ALTER", new_table, ts_ms=post_ms)]
