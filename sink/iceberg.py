@@ -9,17 +9,22 @@ double-applies a change.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import glob
 import logging
 import os
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from sink.changes import SinkChange, TableBatch
 from sink.config import JarSource, SinkConfig, WriteMode
+from sink.main import crash_point
 from sink.types import SinkColumn, widening
 
 if TYPE_CHECKING:
@@ -43,6 +48,14 @@ SEQ_COLUMN = "__cdc_seq"
 TS_COLUMN = "__cdc_ts_ms"
 OP_COLUMN = "__cdc_op"
 UNAVAILABLE_COLUMN = "__cdc_unavailable"
+
+
+_DISTRIBUTION_PROPERTIES = (
+    "write.distribution-mode",
+    "write.merge.distribution-mode",
+    "write.update.distribution-mode",
+    "write.delete.distribution-mode",
+)
 
 
 class IncompatibleSchemaError(Exception):
@@ -209,6 +222,9 @@ class IcebergTables:
             "write.merge.mode": mode,
             "write.update.mode": mode,
             "write.delete.mode": mode,
+            # the tables are unpartitioned: no shuffle of the merged rows before writing them
+            # (Iceberg's default clusters them by data file, one more exchange per MERGE)
+            **dict.fromkeys(_DISTRIBUTION_PROPERTIES, "none"),
             KEY_PROPERTY: ",".join(key),
             **self.config.table_properties,
         }
@@ -289,6 +305,7 @@ class IcebergTables:
         props = {OFFSETS_PROPERTY: orjson.dumps(offsets, option=orjson.OPT_SORT_KEYS).decode()}
 
         def work() -> None:
+            crash_point("mid-merge")
             if batch.truncate:
                 self.spark.sql(f"DELETE FROM {tid}")
                 counts["truncates"] = 1
@@ -315,10 +332,29 @@ class IcebergTables:
         if with_unavailable:
             cols_sql.append(f"{quote(UNAVAILABLE_COLUMN)} array<string>")
         schema = ", ".join(cols_sql)
+        docs = _json_documents(state.columns, changes, with_unavailable)
+        if docs is not None:
+            # Built in the JVM from JSON text: no Python worker processes, and a source the MERGE
+            # can read more than once cheaply. FAILFAST: a value Spark cannot parse is an error,
+            # never a silently null column.
+            from pyspark.sql import DataFrame
+
+            jspark = self.spark._jsparkSession
+            jvm = self.spark.sparkContext._jvm
+            assert jvm is not None
+            dataset = jspark.createDataset(docs, jvm.org.apache.spark.sql.Encoders.STRING())
+            return DataFrame(jspark.read().schema(schema).option("mode", "FAILFAST").json(dataset), self.spark)
         rows = []
+        # an integral JSON number in a float/double column: a float, as the JSON path reads it
+        # (Spark's Python-row conversion turns an int into NULL for these types)
+        floating = [i for i, n in enumerate(names) if state.columns[n] in ("float", "double")]
         for ch in changes:
             image = ch.row or {}
             values: list[Any] = [image.get(n) for n in names]
+            for i in floating:
+                if type(values[i]) is int:
+                    with contextlib.suppress(OverflowError):
+                        values[i] = float(values[i])
             values += [ch.op, ch.seq, ch.ts_ms]
             if with_unavailable:
                 values.append(sorted(ch.unavailable) if ch.unavailable else [])
@@ -389,6 +425,78 @@ class IcebergTables:
             f"older_than => TIMESTAMP '{_older_than(m.expire_older_than_seconds)}', retain_last => {m.retain_last})"
         ).collect()
         log.info("maintenance done on %s", tid)
+
+
+_JSON_CHUNK_BYTES = 8 * 1024 * 1024
+_FLOAT32 = struct.Struct("<f")
+
+
+class _NotJson(Exception):
+    """A batch value that JSON text cannot carry exactly (the batch takes the Python-rows path)."""
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise _NotJson(f"decimal {value}")
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")  # Spark's JSON reader decodes base64 binary
+    raise _NotJson(f"{type(value).__name__} value")
+
+
+def _float32(value: Any) -> Any:
+    """A float column's value rounded to float32 here, as the Python-rows path does in the JVM."""
+    if isinstance(value, float):
+        try:
+            rounded: float = _FLOAT32.unpack(_FLOAT32.pack(value))[0]
+        except (OverflowError, struct.error) as exc:
+            raise _NotJson(f"float32 {value}") from exc
+        return rounded
+    return value
+
+
+def _json_documents(
+    columns: dict[str, str], changes: list[SinkChange], with_unavailable: bool
+) -> list[str] | None:
+    """The rows of a source frame as JSON array texts of at most ~8 MB each, or ``None`` when a
+    value cannot be carried exactly (then the frame is built from Python rows).
+
+    Values are what :mod:`sink.types` decoders return: dates and datetimes (ISO text, with the
+    offset for zoned ones), ``Decimal`` (text, parsed at the column's scale), ``bytes`` (base64),
+    numbers, strings, ``dict``/``list`` for structs, maps and arrays.
+    """
+    names = list(columns)
+    if any("float" in t and t != "float" for t in columns.values()):
+        return None  # float32 nested in a struct/array/map: keep the exact rows path
+    floats = [n for n in names if columns[n] == "float"]
+    dumps, default = orjson.dumps, _json_default
+    docs: list[str] = []
+    chunk: list[bytes] = []
+    size = 0
+    try:
+        for ch in changes:
+            image = ch.row or {}
+            doc = {n: image.get(n) for n in names}
+            for n in floats:
+                doc[n] = _float32(doc[n])
+            doc[OP_COLUMN] = ch.op
+            doc[SEQ_COLUMN] = ch.seq
+            doc[TS_COLUMN] = ch.ts_ms
+            if with_unavailable:
+                doc[UNAVAILABLE_COLUMN] = sorted(ch.unavailable) if ch.unavailable else []
+            text = dumps(doc, default=default)
+            chunk.append(text)
+            size += len(text) + 1
+            if size >= _JSON_CHUNK_BYTES:
+                docs.append((b"[" + b",".join(chunk) + b"]").decode())
+                chunk, size = [], 0
+    except (_NotJson, orjson.JSONEncodeError) as exc:
+        log.debug("source frame from Python rows: %s", exc)
+        return None
+    if chunk:
+        docs.append((b"[" + b",".join(chunk) + b"]").decode())
+    return docs
 
 
 def _older_than(seconds: int) -> str:

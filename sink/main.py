@@ -22,10 +22,8 @@ def crash_point(name: str) -> None:
     """Fault injection for the crash tests: SIGKILL this process at a named point.
 
     Active only when ``CDCNORM_CRASH_POINT`` names the point; ``CDCNORM_CRASH_AFTER=N`` skips
-    the first N-1 passes. With ``CDCNORM_CRASH_DELAY_MS=D`` the kill comes D ms later from a
-    timer thread while the sink goes on (e.g. in the middle of the MERGE that follows the
-    point). When the sink leads its own process group (started in a new session), the whole
-    group is killed, the Spark JVM included, as a machine crash would.
+    the first N-1 passes. When the sink leads its own process group (started in a new
+    session), the whole group is killed, the Spark JVM included, as a machine crash would.
 
     Points: ``mid-merge`` (inside the Iceberg commit callback, before the MERGE runs),
     ``between-table-commits``, ``after-iceberg-commit`` (before the Kafka offset commit),
@@ -37,16 +35,7 @@ def crash_point(name: str) -> None:
     if remaining > 0:
         os.environ["CDCNORM_CRASH_AFTER"] = str(remaining)
         return
-    del os.environ["CDCNORM_CRASH_POINT"]  # one crash per process
-    delay_ms = int(os.environ.get("CDCNORM_CRASH_DELAY_MS", "0"))
-    log.warning("crash point %s reached: killing the sink in %d ms (test fault injection)", name, delay_ms)
-    if delay_ms > 0:
-        import threading
-
-        timer = threading.Timer(delay_ms / 1000, _kill_self)
-        timer.daemon = True
-        timer.start()
-        return
+    log.warning("crash point %s reached: killing the sink (test fault injection)", name)
     _kill_self()
 
 

@@ -140,6 +140,7 @@ class MicroBatchSink:
             signal.signal(s, lambda *_: self.stop())
         reports: list[BatchReport] = []
         idle_batches = 0
+        began = time.monotonic()
         try:
             while not self._stop:
                 started = time.monotonic()
@@ -150,6 +151,8 @@ class MicroBatchSink:
                     idle_batches = 0
                 else:
                     idle_batches += 1
+                    if once and not reports and not self._joined(began):
+                        idle_batches = 0  # still joining the group: nothing could be fetched yet
                 if max_batches is not None and len(reports) >= max_batches:
                     break
                 # "once": stop when nothing more arrives (a fetch returning nothing, never watermarks:
@@ -162,6 +165,16 @@ class MicroBatchSink:
             for s, handler in previous.items():
                 signal.signal(s, handler)
         return reports
+
+    ONCE_JOIN_TIMEOUT_S = 60.0
+
+    def _joined(self, since: float) -> bool:
+        """Whether the consumer has partitions assigned. After a crash, the join waits for the
+        dead member's session to time out (11 s against Tansu with a 6 s session), which can
+        outlast the idle batches ``once`` allows; gives up after ``ONCE_JOIN_TIMEOUT_S``."""
+        if time.monotonic() - since > self.ONCE_JOIN_TIMEOUT_S:
+            return True
+        return bool(self.consumer.assignment())
 
     # -- one batch --------------------------------------------------------------------------
 
@@ -254,6 +267,7 @@ class MicroBatchSink:
         if report.newest_ts_ms:
             FRESHNESS.set(max(0.0, time.time() - report.newest_ts_ms / 1000))
         self._commit(next_offsets, first_paused)
+        crash_point("after-kafka-commit")
         return report
 
     def _pause(

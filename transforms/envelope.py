@@ -232,16 +232,43 @@ class OutRecord:
     headers: tuple[tuple[str, bytes], ...] = ()
 
     def key_bytes(self) -> bytes | None:
-        return None if self.key is None else orjson.dumps(self.key)
+        return None if self.key is None else _dumps_record(self.key)
 
     def value_bytes(self) -> bytes | None:
-        return None if self.value is None else orjson.dumps(self.value)
+        return None if self.value is None else _dumps_record(self.value)
 
     def to_json_line(self) -> bytes:
         return orjson.dumps({"topic": self.topic, "key": self.key, "value": self.value})
 
 
 # ----------------------------------------------------------------------------- schemas
+
+# Connect schemas the emitter shares between records, with their JSON: id(schema) -> (schema,
+# JSON). The entry holds the schema, so the id cannot be reused while the entry exists.
+_encoded_schemas: dict[int, tuple[dict[str, Any], bytes]] = {}
+
+
+def _encoded(schema: dict[str, Any]) -> dict[str, Any]:
+    """Register a shared, never mutated schema dict so records splice its JSON in (returns it)."""
+    if len(_encoded_schemas) > 50_000:
+        _encoded_schemas.clear()
+    _encoded_schemas[id(schema)] = (schema, orjson.dumps(schema))
+    return schema
+
+
+def _dumps_record(doc: dict[str, Any]) -> bytes:
+    """``orjson.dumps(doc)``; a ``{"schema", "payload"}`` document whose schema is a registered
+    shared schema gets the schema's JSON spliced in instead of serializing it again (same bytes).
+    """
+    if len(doc) == 2:
+        schema = doc.get("schema")
+        hit = _encoded_schemas.get(id(schema))
+        if hit is not None and hit[0] is schema:
+            keys = iter(doc)
+            if next(keys) == "schema" and next(keys) == "payload":
+                return b'{"schema":' + hit[1] + b',"payload":' + orjson.dumps(doc["payload"]) + b"}"
+    return orjson.dumps(doc)
+
 
 _SOURCE_BASE: tuple[Column, ...] = (
     Column("version", ConnectType.STRING, False),
@@ -311,21 +338,59 @@ def _topic_base(opts: EmitOptions, db: str | None, schema: str | None, table: st
 
 
 class _TableCodec:
-    """Cached schemas and encoders of one table under one set of emit options."""
+    """Cached schemas and encoders of one table under one set of emit options.
 
-    __slots__ = ("encoders", "envelope_name", "key_cols", "key_encoders", "key_schema", "row_schema", "topic")
+    The schemas are shared by every record of the table (never mutated) and registered with
+    their JSON, so serializing a record serializes only its payload.
+    """
+
+    __slots__ = (
+        "encoders",
+        "envelope_name",
+        "envelopes",
+        "key_cols",
+        "key_encoders",
+        "key_schema",
+        "row_schema",
+        "topic",
+    )
 
     def __init__(self, table: TableSchema, opts: EmitOptions) -> None:
         mode = opts.decimal_mode
         self.topic = _topic_base(opts, table.db, table.schema, table.table)
         base = f"{opts.prefix}.{table.namespace}.{table.table}"
         self.envelope_name = f"{base}.Envelope"
-        self.row_schema = struct_schema(table.columns, f"{base}.Value", True, mode)
+        self.row_schema = _encoded(struct_schema(table.columns, f"{base}.Value", True, mode))
         key_cols = table.key_columns()
         self.key_cols = tuple(c.name for c in key_cols)
-        self.key_schema = struct_schema(key_cols, f"{base}.Key", False, mode) if key_cols else None
+        self.key_schema = _encoded(struct_schema(key_cols, f"{base}.Key", False, mode)) if key_cols else None
         self.encoders = tuple((c.name, enc) for c in table.columns if (enc := encoder_for(c, mode)) is not None)
         self.key_encoders = tuple((c.name, enc) for c in key_cols if (enc := encoder_for(c, mode)) is not None)
+        # id(source schema) -> (source schema, envelope schema); the entry keeps the id valid
+        self.envelopes: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+    def envelope_schema(self, source_schema: dict[str, Any]) -> dict[str, Any]:
+        """The value schema of this table's envelopes with ``source_schema`` (shared, cached)."""
+        hit = self.envelopes.get(id(source_schema))
+        if hit is not None and hit[0] is source_schema:
+            return hit[1]
+        schema = {
+            "type": "struct",
+            "fields": [
+                {**self.row_schema, "field": BEFORE},
+                {**self.row_schema, "field": AFTER},
+                source_schema,
+                {"type": "string", "optional": False, "field": OP},
+                {"type": "int64", "optional": True, "field": TS_MS},
+                _TRANSACTION_SCHEMA,
+            ],
+            "optional": False,
+            "name": self.envelope_name,
+            "version": 1,
+        }
+        if len(self.envelopes) < 256:
+            self.envelopes[id(source_schema)] = (source_schema, _encoded(schema))
+        return schema
 
     def encode_row(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
         if row is None:
@@ -340,7 +405,10 @@ class _TableCodec:
         return out
 
     def key(self, before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
-        payload = key_payload(self.key_cols, before, after)
+        return self.wrap_key(key_payload(self.key_cols, before, after))
+
+    def wrap_key(self, payload: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The key record of a key payload (encoded in place; pass a payload you own)."""
         if payload is None or self.key_schema is None:
             return None
         for name, enc in self.key_encoders:
@@ -351,15 +419,31 @@ class _TableCodec:
 
 
 _codec_cache: dict[tuple[TableSchema, EmitOptions], _TableCodec] = {}
+# (id(table), id(opts)) -> (table, opts, codec): decoders reuse their TableSchema objects, so an
+# identity lookup skips hashing every column of the table per record. The entry holds both
+# objects, so their ids cannot be reused while it exists.
+_codec_by_id: dict[tuple[int, int], tuple[TableSchema, EmitOptions, _TableCodec]] = {}
+_last_codec: list[tuple[TableSchema, EmitOptions, _TableCodec] | None] = [None]
 
 
 def _codec(table: TableSchema, opts: EmitOptions) -> _TableCodec:
+    last = _last_codec[0]
+    if last is not None and last[0] is table and last[1] is opts:  # runs of one table: the common case
+        return last[2]
+    hit = _codec_by_id.get((id(table), id(opts)))
+    if hit is not None and hit[0] is table and hit[1] is opts:
+        _last_codec[0] = hit
+        return hit[2]
     cache_key = (table, opts)
     codec = _codec_cache.get(cache_key)
     if codec is None:
         if len(_codec_cache) > 20_000:
             _codec_cache.clear()
         codec = _codec_cache[cache_key] = _TableCodec(table, opts)
+    if len(_codec_by_id) > 20_000:
+        _codec_by_id.clear()
+    entry = _codec_by_id[(id(table), id(opts))] = (table, opts, codec)
+    _last_codec[0] = entry
     return codec
 
 
@@ -407,8 +491,16 @@ def _source_block(
     for name, value in source.fields.items():
         if name in _SOURCE_BASE_NAMES:
             continue
-        block[name] = _extra_value(value)
-        extras.append((name, _extra_type(value)))
+        kind = type(value)
+        if kind is str or value is None:
+            block[name] = value
+            extras.append((name, ConnectType.STRING))
+        elif kind is int:
+            block[name] = value
+            extras.append((name, ConnectType.INT64))
+        else:
+            block[name] = _extra_value(value)
+            extras.append((name, _extra_type(value)))
     schema_json = _source_schema(source.connector, tuple(extras)) if opts.schemas else None
     return block, schema_json
 
@@ -438,23 +530,9 @@ def _envelope_value(
             "data_collection_order": tx.data_collection_order if tx.data_collection_order is not None else 1,
         },
     }
-    if not opts.schemas:
+    if source_schema is None:
         return payload
-    schema = {
-        "type": "struct",
-        "fields": [
-            {**codec.row_schema, "field": BEFORE},
-            {**codec.row_schema, "field": AFTER},
-            source_schema,
-            {"type": "string", "optional": False, "field": OP},
-            {"type": "int64", "optional": True, "field": TS_MS},
-            _TRANSACTION_SCHEMA,
-        ],
-        "optional": False,
-        "name": codec.envelope_name,
-        "version": 1,
-    }
-    return {"schema": schema, "payload": payload}
+    return {"schema": codec.envelope_schema(source_schema), "payload": payload}
 
 
 def _wrap_key(key: dict[str, Any] | None, opts: EmitOptions) -> dict[str, Any] | None:
@@ -464,19 +542,32 @@ def _wrap_key(key: dict[str, Any] | None, opts: EmitOptions) -> dict[str, Any] |
     return payload
 
 
-def _key_changed(codec: _TableCodec, event: ChangeEvent) -> bool:
-    if event.op is not Operation.UPDATE or event.before is None or event.after is None or not codec.key_cols:
-        return False
-    old = key_payload(codec.key_cols, event.before, None)
-    new = key_payload(codec.key_cols, None, event.after)
-    return old is not None and new is not None and old != new
+def _change_key(codec: _TableCodec, event: ChangeEvent) -> tuple[dict[str, Any] | None, bool]:
+    """The key payload of a change, and whether the change is an update of the key itself.
+
+    For a key update the payload is the old key's.
+    """
+    cols = codec.key_cols
+    if not cols:
+        return None, False
+    before, after = event.before, event.after
+    if event.op is Operation.UPDATE and before is not None and after is not None:
+        new = key_payload(cols, None, after)
+        if new is None:
+            return key_payload(cols, before, after), False
+        old = key_payload(cols, before, None)
+        if old is not None and old != new:
+            return old, True
+        return new, False  # every key column is in `after`, so this is key_payload(before, after)
+    return key_payload(cols, before, after), False
 
 
 def _emit_change(event: ChangeEvent, opts: EmitOptions) -> list[OutRecord]:
     codec = _codec(event.table, opts)
     topic = event.topic or codec.topic
-    if _key_changed(codec, event):
-        old_key = codec.key(event.before, None)
+    payload, key_changed = _change_key(codec, event)
+    if key_changed:
+        old_key = codec.wrap_key(payload)
         new_key = codec.key(None, event.after)
         old_key_json = orjson.dumps(_wrap_key(old_key, opts))
         new_key_json = orjson.dumps(_wrap_key(new_key, opts))
@@ -499,7 +590,7 @@ def _emit_change(event: ChangeEvent, opts: EmitOptions) -> list[OutRecord]:
             )
         )
         return out
-    key = _wrap_key(codec.key(event.before, event.after), opts)
+    key = _wrap_key(codec.wrap_key(payload), opts)
     record = OutRecord(topic, key, _envelope_value(event, codec, event.op, event.before, event.after, opts), event.headers)
     if event.op is Operation.DELETE and opts.tombstones and key is not None:
         return [record, OutRecord(topic, key, None)]

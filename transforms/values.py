@@ -73,6 +73,35 @@ def _tz(text: str | None) -> dt.tzinfo | None:
     return dt.timezone(sign * dt.timedelta(hours=hours, minutes=minutes))
 
 
+_FRACTION_DIGITS = frozenset("0123456789")
+
+
+def _iso_datetime(text: str) -> dt.datetime | None:
+    """The common shapes (``YYYY-MM-DD``, ``YYYY-MM-DD[T ]HH:MM:SS[.f{1,6}][Z|±HH:MM]``, ASCII)
+    parsed by ``datetime.fromisoformat``; ``None`` for anything else (the regex path decides).
+    On these shapes both give the same value, and where fromisoformat fails the regex path
+    raises the error."""
+    n = len(text)
+    if n != 10 and n < 19:
+        return None
+    if text[4] != "-" or text[7] != "-" or not text.isascii():
+        return None
+    if n > 10:
+        if text[10] not in "T " or text[13] != ":" or text[16] != ":":
+            return None
+        rest = text[19:]
+        if rest.endswith("Z"):
+            rest = rest[:-1]
+        elif len(rest) >= 6 and rest[-6] in "+-" and rest[-3] == ":":
+            rest = rest[:-6]
+        if rest and not (rest[0] == "." and 2 <= len(rest) <= 7 and _FRACTION_DIGITS.issuperset(rest[1:])):
+            return None
+    try:
+        return dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+
+
 def parse_datetime(text: str) -> dt.datetime:
     """Parse a SQL/ISO datetime; the result is aware only if the text has a zone.
 
@@ -83,7 +112,11 @@ def parse_datetime(text: str) -> dt.datetime:
     >>> parse_datetime("2020-01-02T03:04:05Z").tzinfo
     datetime.timezone.utc
     """
-    m = _DT_RE.match(text.strip())
+    text = text.strip()
+    fast = _iso_datetime(text)
+    if fast is not None:
+        return fast
+    m = _DT_RE.match(text)
     if not m:
         raise CoercionError(f"expected a date/time like 'YYYY-MM-DD HH:MM:SS', found {text!r}")
     year, month, day, hh, mm, ss, frac, zone = m.groups()
@@ -300,9 +333,26 @@ def coerce(col: Column, raw: Any) -> Any:
     >>> coerce(Column.decimal("p", 5, 2), "1.5")
     Decimal('1.5')
     """
-    if raw is None or raw is UNAVAILABLE or (isinstance(raw, str) and raw == UNAVAILABLE):
+    if raw is None:
+        return raw
+    kind = type(raw)
+    if kind is str:
+        if raw == UNAVAILABLE:
+            return raw
+    elif isinstance(raw, str) and raw == UNAVAILABLE:
         return raw
     logical = col.logical
+    if logical is None:
+        # fast paths: the value already has the column's type (the same results as below)
+        ctype = col.type
+        if kind is str:
+            if ctype is ConnectType.STRING:
+                return raw
+        elif kind is int:
+            if ctype in _INT_TYPES:
+                return raw
+        elif kind is float and (ctype is ConnectType.FLOAT64 or ctype is ConnectType.FLOAT32):
+            return raw
     if logical:
         if col.is_decimal:
             return _to_decimal(raw)
