@@ -1,24 +1,31 @@
-"""The Faust normalization worker: consume source topics, normalize, produce, ack after delivery.
+"""The Faust normalization worker: consume source topics, normalize, produce, commit after acks.
 
-Per source topic entry (``topics:`` in the config) one agent runs with concurrency 1, so the
-order of messages in a partition is kept. For each message the agent runs
-:class:`Normalizer` (decode → key overrides → partial-image completion → chain → emit), hands
-the records to the producer without waiting, and queues the message with its delivery
-futures. A separate acker task waits for those futures **in order** and only then acks the
-message to Faust, which commits the offset on its next commit. So an offset is committed only
-after all its records were acknowledged by the broker (at-least-once). After a crash the
-records of un-committed messages are produced again; the sink's idempotent merge (by key and
-``source.sequence``) makes those duplicates harmless.
+Faust runs the worker: the app, the consumer thread and its group membership, rebalances,
+the commit timer, the producer, the web endpoints and the signal handling. The per-message
+agent/stream machinery of Faust is **not** on the hot path: it cost ~16x a bare aiokafka loop
+(``bench/SERVICE.md``). Instead the app uses :class:`service.transport.BatchApp`, whose consumer
+hands every fetched record map (up to ``broker_max_poll_records`` records over the assigned
+partitions) to one :class:`BatchProcessor`:
 
-Output records are keyed by the canonical key JSON and partitioned by the producer's default
-partitioner (murmur2 of the key bytes, as in the Java client), so all changes of one key land in
-one partition in order.
+1. each record is normalized by :class:`Normalizer` (decode → key overrides → partial-image
+   completion → chain → emit), in partition order;
+2. the output records of the whole batch go to the producer as one closed record batch per
+   output topic-partition (:class:`service.output.BatchedOutput`), without waiting;
+3. an acker task waits for those batches' acknowledgements **in order** and only then marks
+   the batch's source offsets committable; Faust's commit timer (``worker.commit_interval_s``),
+   a rebalance and the shutdown commit exactly those. So an offset is committed only after all
+   its records were acknowledged by the broker (at-least-once). After a crash the records of
+   un-committed messages are produced again; the sink's idempotent merge (by key and
+   ``source.sequence``) makes those duplicates harmless.
+
+Output records are keyed by the canonical key JSON and partitioned like the Java client's
+default partitioner (murmur2 of the key bytes), so all changes of one key land in one partition
+in order.
 
 A message that fails to decode or transform goes to the DLQ (``errors: dlq``) or stops the
 worker (``errors: fail``, deliberately, without committing it). A Redis outage
 (:class:`~transforms.errors.StateStoreError`) is retried with back-off and the message is neither
-acked nor dead-lettered; meanwhile consumption of that partition waits and ``/readyz`` says not
-ready.
+committed nor dead-lettered; meanwhile consumption waits and ``/readyz`` says not ready.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from typing import Any, Protocol
 from service.config import ErrorPolicy, PipelineConfig, TopicEntry, build_chain_checked
 from service.dlq import dead_letter
 from service.metrics import WorkerMetrics
+from service.output import BatchedOutput, OutputProducer, Record
 from transforms.decoders import Decoder, Message, create_decoder
 from transforms.envelope import EmitOptions, Event, OutRecord, TransactionEvent
 from transforms.errors import ConfigError, StateStoreError
@@ -46,14 +54,18 @@ from transforms.pipeline import Pipeline
 from transforms.smt.base import TransformChain
 
 __all__ = [
+    "BatchProcessor",
     "EntryRuntime",
     "FatalMessageError",
     "Normalizer",
     "Outcome",
     "RecordSender",
+    "SentMessage",
     "ServicePipeline",
     "WorkerState",
     "create_app",
+    "normalize_with_retry",
+    "process_event",
     "quiet_library_loggers",
     "run_worker",
 ]
@@ -63,6 +75,14 @@ log = logging.getLogger("cdcnorm.worker")
 _INVALID_TOPIC_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 
 Completion = Callable[[list[Event]], list[Event]]
+
+MAX_POLL_RECORDS = 2000
+"""Records per fetched batch (over all assigned partitions; at most half of
+``worker.max_inflight``): the unit of normalize → send → acknowledge. A batch starts while fewer
+than ``max_inflight`` source messages wait for acknowledgements, so one batch is processed while
+the one before it is on its way to the broker."""
+BATCH_BYTES = 512 * 1024
+"""Upper size of one produced record batch (one per output topic-partition and source batch)."""
 
 
 def quiet_library_loggers(level: int = logging.INFO) -> None:
@@ -255,10 +275,6 @@ class Normalizer:
         (``errors: fail``); any other failure becomes a dead letter.
         """
         fmt = runtime.format_id
-        counter = self._in.get((message.topic, fmt))
-        if counter is None:
-            counter = self._in[(message.topic, fmt)] = self.metrics.messages_in.labels(message.topic, fmt)
-        counter.inc()
         started = time.perf_counter()
         try:
             records = runtime.pipeline.process(message)
@@ -307,76 +323,316 @@ class Normalizer:
                 cache[topic] = safe
         return safe
 
+    def count_in(self, topic: str, fmt: str, n: int) -> None:
+        """``n`` source messages of ``topic`` were consumed (``cdcnorm_messages_in``)."""
+        counter = self._in.get((topic, fmt))
+        if counter is None:
+            counter = self._in[(topic, fmt)] = self.metrics.messages_in.labels(topic, fmt)
+        counter.inc(n)
+
     def count_out(self, topic: str, fmt: str, n: int) -> None:
+        """``n`` records produced from ``topic`` were acknowledged (``cdcnorm_records_out``)."""
         counter = self._out.get((topic, fmt))
         if counter is None:
             counter = self._out[(topic, fmt)] = self.metrics.records_out.labels(topic, fmt)
         counter.inc(n)
 
 
-@dataclass
-class _Pending:
-    event: Any
-    futures: list[Awaitable[Any]]
-    topic: str
-    fmt: str
-    records: int
+@dataclass(slots=True)
+class _InFlight:
+    """A processed source batch whose output the broker has not acknowledged yet."""
+
+    offsets: dict[Any, int]
+    messages: int
+    records: dict[tuple[str, str], int]
+    output: dict[str, list[Record]]
+    futures: list[Awaitable[Any]] = field(default_factory=list)
 
 
-class _Acker:
-    """Acks stream events in order, each after all its produced records are acknowledged."""
+class BatchProcessor:
+    """Normalizes fetched source batches, sends their output, and tracks committable offsets.
 
-    def __init__(self, stream: Any, normalizer: Normalizer, state: WorkerState, max_inflight: int,
-                 on_fatal: Callable[[BaseException], None]) -> None:
-        self._stream = stream
-        self._normalizer = normalizer
-        self._state = state
+    This is the worker's agent: :class:`service.transport.BatchConsumer` calls :meth:`process`
+    with each fetched record map. Records are processed in partition order and their output
+    collected per batch. Two tasks take it from there, both in batch order: the shipper hands a
+    batch's output to the producer (waiting, when need be, for the producer to take earlier
+    batches of the same partitions, so the processing never waits for it), and the acker awaits
+    the acknowledgements and only then makes the batch's source offsets :meth:`committable`. At
+    most ``max_inflight`` source messages wait for acknowledgements: :meth:`process` waits for
+    room before it starts a batch. A produce failure, or a message under ``errors: fail``,
+    calls ``on_fatal`` and stops processing; nothing after it becomes committable.
+    """
+
+    def __init__(
+        self,
+        normalizer: Normalizer,
+        state: WorkerState,
+        producer: OutputProducer,
+        *,
+        max_inflight: int,
+        on_fatal: Callable[[BaseException], None],
+        highwater: Callable[[Any], int | None] | None = None,
+    ) -> None:
+        self.normalizer = normalizer
+        self.state = state
+        self.output = BatchedOutput(producer)
+        self.max_inflight = max_inflight
         self._on_fatal = on_fatal
-        self._queue: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=max_inflight)
-        self._task: asyncio.Task[None] | None = None
-        self._gauge = normalizer.metrics.inflight
+        self._highwater = highwater
+        self._to_ship: asyncio.Queue[_InFlight] = asyncio.Queue()
+        self._queue: asyncio.Queue[_InFlight] = asyncio.Queue()
+        self._lock = asyncio.Lock()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._inflight = 0
+        self._acked: dict[Any, int] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self.failed: BaseException | None = None
+        metrics = normalizer.metrics
+        self._gauge = metrics.inflight
+        self._lag: dict[Any, Any] = {}
+        self._lag_metric = metrics.consumer_lag
 
-    def start(self) -> None:
-        self._task = asyncio.ensure_future(self._run())
+    # ------------------------------------------------------------------ processing
 
-    async def push(self, pending: _Pending) -> None:
-        self._gauge.inc()
-        await self._queue.put(pending)
+    async def process(self, records: Mapping[Any, Sequence[Any]]) -> None:
+        """Normalize ``records`` (aiokafka ``ConsumerRecord``s per partition) and send the output."""
+        if self.failed is not None:
+            await asyncio.Event().wait()  # stopped: wait to be cancelled by the shutdown
+        if not self._tasks:
+            self._tasks = [asyncio.ensure_future(self._ship_loop()), asyncio.ensure_future(self._ack_loop())]
+        try:
+            fatal = await self._process(records)
+        except Exception as exc:  # a bug, or the producer refused a batch: stop, commit nothing more
+            log.critical("processing failed; stopping error=%r", exc)
+            self._fail(exc)
+            raise
+        if fatal is not None:
+            await self._to_ship.join()
+            await self._queue.join()
+            self._fail(fatal)
 
-    async def drain(self) -> None:
-        await self._queue.join()
+    async def _process(self, records: Mapping[Any, Sequence[Any]]) -> FatalMessageError | None:
+        fatal: FatalMessageError | None = None
+        async with self._lock:
+            while self._inflight >= self.max_inflight:
+                self._room.clear()
+                await self._room.wait()
+            normalizer = self.normalizer
+            runtime_for = normalizer.runtime_for
+            normalize = normalizer.process
+            output_topic = normalizer.output_topic
+            append = self.output.append
+            offsets: dict[Any, int] = {}
+            produced: dict[tuple[str, str], int] = {}
+            consumed: dict[tuple[str, str], int] = {}
+            messages = 0
+            for tp, batch in records.items():
+                if not batch:
+                    continue
+                topic = tp.topic
+                runtime = runtime_for(topic)
+                if runtime is None:  # not ours (e.g. a pattern matched an output topic): skip
+                    offsets[tp] = batch[-1].offset + 1
+                    continue
+                partition = tp.partition
+                out = 0
+                done = -1
+                for rec in batch:
+                    message = Message(rec.value, rec.key, topic, partition, rec.offset, rec.timestamp,
+                                      tuple(rec.headers) if rec.headers else ())
+                    try:
+                        try:
+                            outcome = normalize(message, runtime)
+                        except StateStoreError as exc:
+                            outcome = await normalize_with_retry(message, runtime, normalizer, self.state, exc)
+                    except FatalMessageError as exc:
+                        _log_fatal_message(message, exc)
+                        fatal = exc
+                        break
+                    if outcome.dlq is not None:
+                        append(*outcome.dlq)
+                    for r in outcome.records:
+                        append(output_topic(r.topic), r.key_bytes(), r.value_bytes(), r.headers)
+                    out += len(outcome.records)
+                    done = rec.offset
+                n = len(batch) if fatal is None else sum(1 for r in batch if r.offset <= done)
+                if n:
+                    offsets[tp] = done + 1
+                    messages += n
+                    key = (topic, runtime.format_id)
+                    consumed[key] = consumed.get(key, 0) + n
+                    if out:
+                        produced[key] = produced.get(key, 0) + out
+                    self._update_lag(tp, done)
+                if fatal is not None:
+                    break
+            # inflight first, then messages_in, with no await in between: a scrape never sees
+            # all messages counted and nothing in flight while a batch is still unacknowledged
+            self._inflight += messages
+            self._gauge.inc(messages)
+            for (topic, fmt), n in consumed.items():
+                normalizer.count_in(topic, fmt, n)
+            self._to_ship.put_nowait(_InFlight(offsets, messages, produced, self.output.take()))
+        return fatal
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+    def _update_lag(self, tp: Any, offset: int) -> None:
+        if self._highwater is None:
+            return
+        try:
+            high = self._highwater(tp)
+        except Exception:
+            return
+        if high is None:
+            return
+        gauge = self._lag.get(tp)
+        if gauge is None:
+            gauge = self._lag[tp] = self._lag_metric.labels(tp.topic, str(tp.partition))
+        gauge.set(max(0, high - offset - 1))
 
-    async def _run(self) -> None:
+    # ------------------------------------------------------------------ sending, acknowledgements
+
+    async def _ship_loop(self) -> None:
+        queue = self._to_ship
+        send = self.output.send
         while True:
-            pending = await self._queue.get()
+            item = await queue.get()
             try:
-                for fut in pending.futures:
+                item.futures = await send(item.output)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.critical("produce refused a batch; stopping without committing it error=%r", exc)
+                queue.task_done()
+                while not queue.empty():  # nothing after it is sent, nothing after it committed
+                    queue.get_nowait()
+                    queue.task_done()
+                self._fail(exc)
+                return
+            item.output = {}
+            self._queue.put_nowait(item)
+            queue.task_done()
+
+    async def _ack_loop(self) -> None:
+        queue = self._queue
+        count_out = self.normalizer.count_out
+        while True:
+            item = await queue.get()
+            try:
+                for fut in item.futures:
                     await fut
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                message = pending.event.message
                 log.critical(
-                    "produce failed; stopping without committing topic=%s partition=%s offset=%s error=%r",
-                    message.topic, message.partition, message.offset, exc,
+                    "produce failed; stopping without committing partitions=%s error=%r",
+                    ",".join(f"{tp[0]}[{tp[1]}]@{off - 1}" for tp, off in item.offsets.items()), exc,
                 )
-                self._on_fatal(exc)
+                queue.task_done()
+                while not queue.empty():  # nothing after a failed batch is committed
+                    queue.get_nowait()
+                    queue.task_done()
+                self._fail(exc)
                 return
-            await self._stream.ack(pending.event)
-            if pending.records:
-                self._normalizer.count_out(pending.topic, pending.fmt, pending.records)
-            self._gauge.dec()
-            self._queue.task_done()
+            self._acked.update(item.offsets)
+            for (topic, fmt), n in item.records.items():
+                count_out(topic, fmt, n)
+            self._inflight -= item.messages
+            self._gauge.dec(item.messages)
+            if self._inflight < self.max_inflight:
+                self._room.set()
+            queue.task_done()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.failed is None:
+            self.failed = exc
+            self._on_fatal(exc)
+
+    async def wait_sent(self) -> None:
+        """Wait until every processed batch was handed to the producer (or the worker failed)."""
+        await self._to_ship.join()
+
+    async def drain(self) -> None:
+        """Wait until the batch in progress is sent and every sent batch is acknowledged (or failed)."""
+        async with self._lock:
+            await self._to_ship.join()
+            await self._queue.join()
+
+    def committable(self) -> dict[Any, int]:
+        """Next offset to read per partition whose output was acknowledged since the last commit."""
+        return dict(self._acked)
+
+    def committed(self, offsets: Mapping[Any, int]) -> None:
+        """``offsets`` were committed: forget them unless a later batch was acknowledged since."""
+        acked = self._acked
+        for tp, offset in offsets.items():
+            if acked.get(tp) == offset:
+                del acked[tp]
+
+    @property
+    def inflight(self) -> int:
+        """Source messages processed whose output is not acknowledged yet."""
+        return self._inflight
+
+    async def stop(self) -> None:
+        """Cancel the shipper and the acker (after :meth:`drain`, at shutdown)."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+def _log_fatal_message(message: Message, exc: FatalMessageError) -> None:
+    log.critical(
+        "stopping: message failed under errors=fail topic=%s partition=%s offset=%s "
+        "error_class=%s; the offset is not committed",
+        message.topic, message.partition, message.offset, type(exc.__cause__).__name__,
+    )
+    log.critical("failure detail: %s", exc.__cause__)
+
+
+async def normalize_with_retry(
+    message: Message,
+    runtime: EntryRuntime,
+    normalizer: Normalizer,
+    state: WorkerState,
+    first_error: StateStoreError | None = None,
+) -> Outcome:
+    """:meth:`Normalizer.process`, retrying with jittered back-off while the state store fails.
+
+    While it retries, ``state.redis_ok`` is false (``/readyz`` says not ready).
+    """
+    cfg = normalizer.config.worker
+    delay = cfg.retry_initial_s
+    attempt = 0
+    error = first_error
+    while True:
+        if error is not None:
+            attempt += 1
+            state.redis_ok = False
+            state.last_redis_error = str(error)
+            if attempt == 1 or attempt % 10 == 0:
+                log.warning(
+                    "state store unavailable, pausing topic=%s partition=%s offset=%s attempt=%d retry_in=%.1fs error=%s",
+                    message.topic, message.partition, message.offset, attempt, delay, error,
+                )
+            await asyncio.sleep(delay * (0.8 + 0.4 * random.random()))
+            delay = min(delay * 2, cfg.retry_max_s)
+        try:
+            outcome = normalizer.process(message, runtime)
+            break
+        except StateStoreError as exc:
+            error = exc
+    if attempt:
+        log.info("state store is back topic=%s partition=%s offset=%s", message.topic, message.partition, message.offset)
+    state.redis_ok = True
+    return outcome
 
 
 def to_message(message: Any) -> Message:
-    """A Faust/aiokafka message as a decoder :class:`Message`."""
+    """A Faust message as a decoder :class:`Message` (timestamp in seconds)."""
     headers = message.headers
     if headers is None:
         hdrs: tuple[tuple[str, bytes], ...] = ()
@@ -396,46 +652,33 @@ def to_message(message: Any) -> Message:
     )
 
 
-async def process_event(
-    event: Any,
-    normalizer: Normalizer,
-    state: WorkerState,
-    send: RecordSender,
-) -> _Pending:
-    """Normalize one stream event and hand its records to the producer (not awaited)."""
+@dataclass(frozen=True, slots=True)
+class SentMessage:
+    """What :func:`process_event` did with one message: its records and their send futures."""
+
+    records: int
+    futures: list[Awaitable[Any]]
+
+
+async def process_event(event: Any, normalizer: Normalizer, state: WorkerState, send: RecordSender) -> SentMessage:
+    """Normalize one Faust-style event (``event.message``) and send its records one by one.
+
+    The per-message path, for tools and tests; the worker itself uses :class:`BatchProcessor`.
+    """
     message = to_message(event.message)
     runtime = normalizer.runtime_for(message.topic)
     if runtime is None:
-        return _Pending(event, [], message.topic, "", 0)
-    cfg = normalizer.config.worker
-    delay = cfg.retry_initial_s
-    attempt = 0
-    while True:
-        try:
-            outcome = normalizer.process(message, runtime)
-            break
-        except StateStoreError as exc:
-            attempt += 1
-            state.redis_ok = False
-            state.last_redis_error = str(exc)
-            if attempt == 1 or attempt % 10 == 0:
-                log.warning(
-                    "state store unavailable, pausing topic=%s partition=%s offset=%s attempt=%d retry_in=%.1fs error=%s",
-                    message.topic, message.partition, message.offset, attempt, delay, exc,
-                )
-            await asyncio.sleep(delay * (0.8 + 0.4 * random.random()))
-            delay = min(delay * 2, cfg.retry_max_s)
-    if attempt:
-        log.info("state store is back topic=%s partition=%s offset=%s", message.topic, message.partition, message.offset)
-    state.redis_ok = True
+        return SentMessage(0, [])
+    outcome = await normalize_with_retry(message, runtime, normalizer, state)
+    normalizer.count_in(message.topic, runtime.format_id, 1)
     futures: list[Awaitable[Any]] = []
     if outcome.dlq is not None:
         topic, key, value, headers = outcome.dlq
         futures.append(await send(topic, key, value, headers))
     for record in outcome.records:
-        topic = normalizer.output_topic(record.topic)
-        futures.append(await send(topic, record.key_bytes(), record.value_bytes(), record.headers))
-    return _Pending(event, futures, message.topic, runtime.format_id, len(outcome.records))
+        futures.append(await send(normalizer.output_topic(record.topic), record.key_bytes(), record.value_bytes(),
+                                  record.headers))
+    return SentMessage(len(outcome.records), futures)
 
 
 def _faust_settings(config: PipelineConfig, data_dir: Path) -> dict[str, Any]:
@@ -447,8 +690,11 @@ def _faust_settings(config: PipelineConfig, data_dir: Path) -> dict[str, Any]:
         "broker_heartbeat_interval": broker.heartbeat_interval_s,
         "broker_commit_interval": config.worker.commit_interval_s,
         "broker_rebalance_timeout": max(broker.session_timeout_s * 2, 10.0),
+        "broker_max_poll_records": min(MAX_POLL_RECORDS, max(1, config.worker.max_inflight // 2)),
         "producer_acks": -1,
-        "producer_linger_ms": 5,
+        "producer_linger": 0.005,
+        "producer_max_batch_size": BATCH_BYTES,
+        "producer_max_request_size": 4 * BATCH_BYTES,
         "topic_partitions": 4,
         "topic_allow_declare": True,
         "topic_disable_leader": True,
@@ -464,30 +710,9 @@ def _faust_settings(config: PipelineConfig, data_dir: Path) -> dict[str, Any]:
         "key_serializer": "raw",
         "logging_config": None,
     }
-    if broker.security_protocol.value != "PLAINTEXT":
-        import faust
-
-        password = broker.sasl_password.get_secret_value() if broker.sasl_password else None
-        ssl_context = None
-        if broker.security_protocol.value in ("SSL", "SASL_SSL"):
-            import ssl
-
-            ssl_context = ssl.create_default_context(cafile=str(broker.ssl_cafile) if broker.ssl_cafile else None)
-            if broker.ssl_certfile:
-                ssl_context.load_cert_chain(
-                    str(broker.ssl_certfile),
-                    str(broker.ssl_keyfile) if broker.ssl_keyfile else None,
-                    broker.ssl_password.get_secret_value() if broker.ssl_password else None,
-                )
-        if broker.security_protocol.value == "SSL":
-            settings["broker_credentials"] = faust.SSLCredentials(ssl_context)
-        else:
-            settings["broker_credentials"] = faust.SASLCredentials(
-                username=broker.sasl_username,
-                password=password,
-                ssl_context=ssl_context,
-                mechanism=broker.sasl_mechanism.value if broker.sasl_mechanism else "PLAIN",
-            )
+    credentials = broker.faust_credentials()
+    if credentials is not None:
+        settings["broker_credentials"] = credentials
     return settings
 
 
@@ -496,16 +721,17 @@ def create_app(
     *,
     normalizer: Normalizer | None = None,
     state: WorkerState | None = None,
-    sender: RecordSender | None = None,
+    producer: OutputProducer | None = None,
     on_fatal: Callable[[BaseException], None] | None = None,
     data_dir: Path | None = None,
 ) -> Any:
-    """Build the Faust app (agents, web endpoints, rebalance hooks) for ``config``.
+    """Build the Faust app (source topics, batch processor, web endpoints, rebalance hooks).
 
-    Without ``normalizer``, Redis-backed stores are created from ``config.redis``. ``sender``
-    replaces the Faust producer (tests); ``on_fatal`` is called when the worker must stop.
+    Without ``normalizer``, Redis-backed stores are created from ``config.redis``. ``producer``
+    replaces the app's aiokafka producer (tests); ``on_fatal`` is called when the worker must
+    stop. The :class:`BatchProcessor` is ``app.cdcnorm_processor``.
     """
-    import faust
+    from service.transport import BatchApp
 
     quiet_library_loggers(logging.getLevelName(config.worker.log_level))
     state = state if state is not None else WorkerState()
@@ -515,7 +741,7 @@ def create_app(
         normalizer, meta_store, row_stores = _redis_normalizer(config)
     metrics = normalizer.metrics
     ddir = data_dir or config.worker.data_dir or Path(tempfile.mkdtemp(prefix="cdcnorm-faust-"))
-    app = faust.App(config.worker.app_id, **_faust_settings(config, ddir))
+    app = BatchApp(config.worker.app_id, **_faust_settings(config, ddir))
     app.cdcnorm_state = state  # type: ignore[attr-defined]
     app.cdcnorm_normalizer = normalizer  # type: ignore[attr-defined]
 
@@ -530,55 +756,48 @@ def create_app(
         if state.fatal is None:
             state.fatal = exc
             metrics.ready.set(0)
-            # The failed message is never acked: do not let shutdown wait for it.
-            app.conf.stream_wait_empty = False
             fatal_cb(exc)
 
-    async def producer_send(
-        topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]]
-    ) -> Awaitable[Any]:
-        producer = app.producer
-        result: Awaitable[Any] = await producer.send(topic, key, value, None, None, list(headers) or None)
-        return result
+    class _AppProducer:
+        """The app's aiokafka producer, started on first use."""
 
-    send: RecordSender = sender if sender is not None else producer_send
+        async def partitions_for(self, topic: str) -> set[int]:
+            await app.maybe_start_producer()
+            result: set[int] = await app.producer._ensure_producer().partitions_for(topic)  # type: ignore[attr-defined]
+            return result
 
-    for index, entry in enumerate(config.topics):
+        def create_batch(self) -> Any:
+            return app.producer._ensure_producer().create_batch()  # type: ignore[attr-defined]
+
+        async def send_batch(self, batch: Any, topic: str, *, partition: int) -> Awaitable[Any]:
+            result: Awaitable[Any] = await app.producer._ensure_producer().send_batch(  # type: ignore[attr-defined]
+                batch, topic, partition=partition
+            )
+            return result
+
+    def highwater(tp: Any) -> int | None:
+        high: int | None = app.consumer.highwater(tp)
+        return high
+
+    processor = BatchProcessor(
+        normalizer,
+        state,
+        producer if producer is not None else _AppProducer(),
+        max_inflight=config.worker.max_inflight,
+        on_fatal=fatal,
+        highwater=highwater if producer is None else None,
+    )
+    app.batch_handler = processor
+    app.cdcnorm_processor = processor  # type: ignore[attr-defined]
+
+    for entry in config.topics:
         if entry.name is not None:
             channel = app.topic(entry.name, key_type=bytes, value_type=bytes,
                                 key_serializer="raw", value_serializer="raw")
         else:
             channel = app.topic(pattern=entry.pattern, key_type=bytes, value_type=bytes,
                                 key_serializer="raw", value_serializer="raw")
-
-        async def normalize(stream: Any) -> None:
-            if sender is None:
-                await app.maybe_start_producer()
-            manual = stream.noack()
-            acker = _Acker(manual, normalizer, state, config.worker.max_inflight, fatal)
-            acker.start()
-            try:
-                async for event in manual.events():
-                    try:
-                        pending = await process_event(event, normalizer, state, send)
-                    except FatalMessageError as exc:
-                        m = event.message
-                        log.critical(
-                            "stopping: message failed under errors=fail topic=%s partition=%s offset=%s "
-                            "error_class=%s; the offset is not committed",
-                            m.topic, m.partition, m.offset, type(exc.__cause__).__name__,
-                        )
-                        log.critical("failure detail: %s", exc.__cause__)
-                        await acker.drain()
-                        fatal(exc)
-                        await asyncio.Event().wait()
-                        return
-                    await acker.push(pending)
-                    _update_lag(app, metrics, event.message)
-            finally:
-                await acker.stop()
-
-        app.agent(channel, name=f"cdcnorm.normalize.{index}", concurrency=1)(normalize)
+        app.topics.add(channel)
 
     async def _assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
         state.joined = True
@@ -589,6 +808,11 @@ def create_app(
 
     app.on_partitions_assigned.connect(_assigned)  # type: ignore[arg-type]
 
+    async def _stopping(sender: Any, **kwargs: Any) -> None:
+        await processor.stop()
+
+    app.on_before_shutdown.connect(_stopping)  # type: ignore[arg-type]
+
     async def _started() -> None:
         state.started = True
 
@@ -597,16 +821,6 @@ def create_app(
     if config.web.enabled:
         _install_pages(app, state, metrics, meta_store)
     return app
-
-
-def _update_lag(app: Any, metrics: WorkerMetrics, message: Any) -> None:
-    try:
-        tp = message.tp
-        high = app.consumer.highwater(tp)
-    except Exception:
-        return
-    if high is not None:
-        metrics.consumer_lag.labels(message.topic, str(message.partition)).set(max(0, high - message.offset - 1))
 
 
 def _redis_normalizer(config: PipelineConfig) -> tuple[Normalizer, Any, list[Any]]:

@@ -1,18 +1,23 @@
-"""The Faust agent and the per-message normalizer, without a broker (``agent.test_context()``)."""
+"""The worker's batch processor and the per-message normalizer, without a broker (a fake producer)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
 import orjson
 import pytest
+from aiokafka.structs import ConsumerRecord
+from faust.types import TP
 
 from service.app import FatalMessageError, Normalizer, create_app
 from service.config import parse_config
 from service.dlq import ERROR_CLASS, ERROR_OFFSET, ERROR_PARTITION, ERROR_TOPIC, FORMAT_HEADER
+from service.output import key_partition, murmur2, murmur2_many
 from transforms.decoders import Message
+from transforms.errors import StateStoreError
 from transforms.metadata import InMemoryMetadataStore
 
 CANAL_INSERT = orjson.dumps(
@@ -47,19 +52,62 @@ CANAL_DELETE = orjson.dumps(
 )
 
 
-class FakeSender:
-    """Records sends; the returned futures are already resolved (broker ack)."""
+class FakeBatch:
+    """What ``create_batch`` returns: records appended, then closed."""
 
     def __init__(self) -> None:
-        self.sent: list[tuple[str, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]] = []
+        self.records: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]] = []
+        self.closed = False
 
-    async def __call__(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]]
-    ) -> Awaitable[Any]:
-        self.sent.append((topic, key, value, tuple(headers)))
+    def append(self, *, timestamp: int | None, key: bytes | None, value: bytes | None,
+               headers: Sequence[tuple[str, bytes]] = ()) -> object:
+        assert not self.closed and isinstance(headers, list)  # as aiokafka's record builder
+        self.records.append((key, value, tuple(headers)))
+        return object()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeProducer:
+    """Records sent batches. Each batch's future stays pending until :meth:`ack` (broker ack)."""
+
+    def __init__(self, partitions: int = 4) -> None:
+        self.partitions = partitions
+        self.batches: list[tuple[str, int, FakeBatch, asyncio.Future[Any]]] = []
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return set(range(self.partitions))
+
+    def create_batch(self) -> FakeBatch:
+        return FakeBatch()
+
+    async def send_batch(self, batch: FakeBatch, topic: str, *, partition: int) -> Awaitable[Any]:
+        assert batch.closed
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        fut.set_result(None)
+        self.batches.append((topic, partition, batch, fut))
         return fut
+
+    def ack(self, error: BaseException | None = None) -> None:
+        for *_, fut in self.batches:
+            if not fut.done():
+                if error is None:
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(error)
+
+    @property
+    def sent(self) -> list[tuple[str, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]]:
+        return [(topic, *record) for topic, _, batch, _ in self.batches for record in batch.records]
+
+
+def records(topic: str, partition: int, values: list[tuple[bytes | None, bytes]], first: int = 0,
+            headers: list[tuple[str, bytes]] | None = None) -> list[ConsumerRecord[bytes, bytes]]:
+    return [
+        ConsumerRecord(topic, partition, first + i, 1700000000000, 0, key, value, None,
+                       len(key or b""), len(value), headers or [])
+        for i, (key, value) in enumerate(values)
+    ]
 
 
 def config(**entry: Any) -> Any:
@@ -146,6 +194,133 @@ def test_normalizer_dead_letter_and_fail() -> None:
         failing.process(msg, rt)
 
 
+def test_batch_processor_routes_keys_and_dead_letters() -> None:
+    cfg = config(transforms=[{"type": "mask", "fields": "email"}])
+    producer = FakeProducer()
+    app = create_app(cfg, normalizer=normalizer(cfg), producer=producer)
+    processor = app.cdcnorm_processor
+    tp = TP("src.canal", 0)
+    batch = records("src.canal", 0, [(b"a", CANAL_INSERT), (b"bad", b"garbage"), (b"b", CANAL_DELETE)])
+    batch[1] = ConsumerRecord("src.canal", 0, 1, 1700000000000, 0, b"bad", b"garbage", None, 3, 7, [("x", b"1")])
+
+    async def run() -> None:
+        await processor.process({tp: batch})
+        await processor.wait_sent()
+        assert processor.committable() == {}, "nothing is committable before the broker acks"
+        assert processor.inflight == 3
+        producer.ack()
+        await processor.drain()
+        assert processor.committable() == {tp: 3}
+        assert processor.inflight == 0
+        await processor.stop()
+
+    asyncio.run(run())
+    # one subscription per topic entry: a name and a pattern
+    assert {t.pattern.pattern if t.pattern else t.topics for t in app.topics} == {("src.canal",), "other\\..*"}
+    sent = producer.sent
+    assert sorted(s[0] for s in sent) == ["out.dlq", "out.shop.users", "out.shop.users", "out.shop.users", "out.shop.users"]
+    dlq = next(s for s in sent if s[0] == "out.dlq")
+    assert dlq[1] == b"bad" and dlq[2] == b"garbage"
+    assert dict(dlq[3])[ERROR_TOPIC] == b"src.canal" and dict(dlq[3])["x"] == b"1"
+    data = [s for s in sent if s[0] != "out.dlq"]
+    # one key, one partition, in source order: id 1 (insert, delete, tombstone), id 2 (insert)
+    by_partition: dict[int, list[Any]] = {}
+    for topic, partition, b, _ in producer.batches:
+        if topic == "out.shop.users":
+            by_partition.setdefault(partition, []).extend(b.records)
+    for part, recs in by_partition.items():
+        assert part == key_partition(recs[0][0], 4)
+        assert all(key_partition(r[0], 4) == part for r in recs)
+    keys = [orjson.loads(s[1])["payload"] for s in data]
+    assert sorted(k["id"] for k in keys) == [1, 1, 1, 2]
+    id1 = [orjson.loads(s[2]) if s[2] else None for s in data if orjson.loads(s[1])["payload"] == {"id": 1}]
+    assert id1[0]["payload"]["op"] == "c" and id1[0]["payload"]["after"]["email"] != "a@x"
+    assert id1[1]["payload"]["op"] == "d" and id1[2] is None
+    metrics = processor.normalizer.metrics
+    assert metrics.messages_in.labels("src.canal", "canal-json")._value.get() == 3
+    assert metrics.records_out.labels("src.canal", "canal-json")._value.get() == 4
+    assert metrics.dlq.labels("src.canal", "canal-json", "DecodeError")._value.get() == 1
+
+
+def test_batch_processor_commits_only_acknowledged_batches_in_order() -> None:
+    cfg = config()
+    producer = FakeProducer()
+    app = create_app(cfg, normalizer=normalizer(cfg), producer=producer)
+    processor = app.cdcnorm_processor
+    tp0, tp1 = TP("src.canal", 0), TP("src.canal", 1)
+
+    async def run() -> None:
+        await processor.process({tp0: records("src.canal", 0, [(None, CANAL_INSERT)] * 2)})
+        await processor.wait_sent()
+        first = list(producer.batches)
+        await processor.process({tp0: records("src.canal", 0, [(None, CANAL_DELETE)], first=2),
+                                 tp1: records("src.canal", 1, [(None, CANAL_INSERT)])})
+        await processor.wait_sent()
+        # the second batch is acknowledged first: nothing may be committed before the first
+        for *_, fut in producer.batches[len(first):]:
+            fut.set_result(None)
+        await asyncio.sleep(0.01)
+        assert processor.committable() == {}
+        for *_, fut in first:
+            fut.set_result(None)
+        await processor.drain()
+        assert processor.committable() == {tp0: 3, tp1: 1}
+        processor.committed({tp0: 3})
+        assert processor.committable() == {tp1: 1}
+        await processor.stop()
+
+    asyncio.run(run())
+
+
+def test_batch_processor_produce_failure_is_fatal_and_commits_nothing_after() -> None:
+    cfg = config()
+    producer = FakeProducer()
+    fatal: list[BaseException] = []
+    app = create_app(cfg, normalizer=normalizer(cfg), producer=producer, on_fatal=fatal.append)
+    processor = app.cdcnorm_processor
+    tp = TP("src.canal", 0)
+
+    async def run() -> None:
+        await processor.process({tp: records("src.canal", 0, [(None, CANAL_INSERT)])})
+        await processor.process({tp: records("src.canal", 0, [(None, CANAL_INSERT)], first=1)})
+        await processor.wait_sent()
+        producer.batches[0][3].set_exception(RuntimeError("broker down"))
+        await processor.drain()
+        producer.ack()
+        await asyncio.sleep(0.01)
+        assert processor.committable() == {}
+        await processor.stop()
+
+    asyncio.run(run())
+    assert len(fatal) == 1 and "broker down" in str(fatal[0])
+    assert app.cdcnorm_state.fatal is fatal[0]
+
+
+def test_batch_processor_errors_fail_stops_before_the_bad_message() -> None:
+    cfg = config(errors="fail")
+    producer = FakeProducer()
+    fatal: list[BaseException] = []
+    app = create_app(cfg, normalizer=normalizer(cfg), producer=producer, on_fatal=fatal.append)
+    processor = app.cdcnorm_processor
+    tp = TP("src.canal", 0)
+
+    async def run() -> None:
+        batch = records("src.canal", 0, [(None, CANAL_INSERT), (None, b"garbage"), (None, CANAL_INSERT)])
+        task = asyncio.ensure_future(processor.process({tp: batch}))
+        await _wait_for(lambda: bool(producer.batches))
+        producer.ack()
+        await _wait_for(lambda: bool(fatal))
+        assert processor.committable() == {tp: 1}, "the good message before the bad one only"
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await processor.stop()
+
+    asyncio.run(run())
+    assert isinstance(fatal[0], FatalMessageError)
+    assert len(producer.sent) == 2  # the first message's records only
+
+
 async def _wait_for(predicate: Any, timeout: float = 5.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not predicate():
@@ -154,28 +329,93 @@ async def _wait_for(predicate: Any, timeout: float = 5.0) -> None:
         await asyncio.sleep(0.01)
 
 
-def test_agent_routes_keys_and_dead_letters() -> None:
-    cfg = config(transforms=[{"type": "mask", "fields": "email"}])
-    sender = FakeSender()
-    app = create_app(cfg, normalizer=normalizer(cfg), sender=sender)
-    agent = next(a for a in app.agents.values() if "normalize.0" in a.name)
+def test_murmur2_matches_the_java_partitioner() -> None:
+    import os
+
+    from aiokafka.partitioner import murmur2 as reference
+
+    for n in range(0, 260):
+        data = os.urandom(n)
+        assert murmur2(data) == reference(data), n
+
+
+def test_murmur2_many_matches_one_by_one() -> None:
+    import os
+    import random
+
+    rng = random.Random(7)
+    keys = [os.urandom(rng.choice([0, 1, 2, 3, 5, 8, 61, 62, 170])) for _ in range(500)]
+    assert murmur2_many(keys) == [murmur2(k) for k in keys]
+
+
+def test_batch_processor_retries_while_the_state_store_is_down() -> None:
+    cfg = config()
+    cfg = cfg.model_copy(update={"worker": cfg.worker.model_copy(update={"retry_initial_s": 0.01, "retry_max_s": 0.02})})
+    n = normalizer(cfg)
+    real = n.process
+    failures = [StateStoreError("redis down"), StateStoreError("redis down")]
+    seen_not_ready: list[bool] = []
+
+    def flaky(message: Message, runtime: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return real(message, runtime)
+
+    n.process = flaky  # type: ignore[method-assign]
+    producer = FakeProducer()
+    app = create_app(cfg, normalizer=n, producer=producer)
+    processor, state = app.cdcnorm_processor, app.cdcnorm_state
+    state.started = state.joined = True
 
     async def run() -> None:
-        async with agent.test_context() as wrapped:
-            await wrapped.put(CANAL_INSERT, key=b"a", wait=False)
-            await wrapped.put(b"garbage", key=b"bad", headers=[("x", b"1")], wait=False)
-            await wrapped.put(CANAL_DELETE, key=b"b", wait=False)
-            await _wait_for(lambda: len(sender.sent) == 5)
+        async def watch() -> None:
+            while True:
+                seen_not_ready.append(not state.ready)
+                await asyncio.sleep(0.002)
+
+        watcher = asyncio.ensure_future(watch())
+        await processor.process({TP("src.canal", 0): records("src.canal", 0, [(None, CANAL_INSERT)])})
+        watcher.cancel()
+        await processor.wait_sent()
+        producer.ack()
+        await processor.drain()
+        assert processor.committable() == {TP("src.canal", 0): 1}
+        await processor.stop()
 
     asyncio.run(run())
-    topics = [s[0] for s in sender.sent]
-    assert topics == ["out.shop.users", "out.shop.users", "out.dlq", "out.shop.users", "out.shop.users"]
-    assert list(app.agents) == ["cdcnorm.normalize.0", "cdcnorm.normalize.1"]
-    dlq = sender.sent[2]
-    assert dlq[1] == b"bad" and dlq[2] == b"garbage"
-    assert dict(dlq[3])[ERROR_TOPIC] == b"src.canal"
-    keys = [orjson.loads(s[1])["payload"] for s in sender.sent if s[0] != "out.dlq"]
-    assert keys == [{"id": 1}, {"id": 2}, {"id": 1}, {"id": 1}]
-    values = [orjson.loads(s[2]) if s[2] else None for s in sender.sent if s[0] != "out.dlq"]
-    assert values[0]["payload"]["after"]["email"] != "a@x"
-    assert values[2]["payload"]["op"] == "d" and values[3] is None
+    assert not failures and any(seen_not_ready) and state.ready
+    assert [s[0] for s in producer.sent] == ["out.shop.users", "out.shop.users"]
+
+
+def test_batch_processor_does_not_wait_for_the_producer_to_take_batches() -> None:
+    class SlowProducer(FakeProducer):
+        """Takes a batch only when allowed (aiokafka waits while a partition's batch is queued)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.allow = asyncio.Event()
+
+        async def send_batch(self, batch: FakeBatch, topic: str, *, partition: int) -> Awaitable[Any]:
+            await self.allow.wait()
+            return await super().send_batch(batch, topic, partition=partition)
+
+    cfg = config()
+    producer = SlowProducer()
+    app = create_app(cfg, normalizer=normalizer(cfg), producer=producer)
+    processor = app.cdcnorm_processor
+    tp = TP("src.canal", 0)
+
+    async def run() -> None:
+        await asyncio.wait_for(processor.process({tp: records("src.canal", 0, [(None, CANAL_INSERT)])}), 5)
+        await asyncio.wait_for(processor.process({tp: records("src.canal", 0, [(None, CANAL_DELETE)], first=1)}), 5)
+        assert producer.batches == [] and processor.inflight == 2
+        producer.allow.set()
+        await processor.wait_sent()
+        producer.ack()
+        await processor.drain()
+        assert processor.committable() == {tp: 2}
+        await processor.stop()
+
+    asyncio.run(run())
+    ops = [orjson.loads(s[2])["payload"]["op"] if s[2] else None for s in producer.sent]
+    assert sorted(ops, key=str) == sorted(["c", "c", "d", None], key=str)

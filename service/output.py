@@ -1,0 +1,241 @@
+"""Batched output of the worker: records grouped per topic-partition, one producer batch each.
+
+The worker hands the producer one closed record batch per output topic-partition and source
+batch (aiokafka's ``create_batch``/``send_batch``), instead of one ``send()`` per record: one
+future per batch instead of per record, no per-record partitioner call inside aiokafka, and a
+closed batch goes out at once (no linger). Records are partitioned like the Java client's
+default partitioner: ``murmur2(key) & 0x7fffffff % partitions``, so a key always lands in the
+same partition as with any other Kafka producer. Records without a key stick to one partition
+per topic and batch, rotating from batch to batch (the sticky partitioner's idea).
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from collections.abc import Awaitable, Sequence
+from typing import Any, Protocol
+
+__all__ = ["BatchedOutput", "OutputProducer", "Record", "RecordBatchBuilder", "key_partition", "murmur2", "murmur2_many"]
+
+_M = 0x5BD1E995
+_MASK = 0xFFFFFFFF
+_WORDS: dict[int, struct.Struct] = {}
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's murmur2 hash of ``data`` (``org.apache.kafka.common.utils.Utils.murmur2``).
+
+    Same result as :func:`aiokafka.partitioner.murmur2`, about 4x faster: the 4-byte words are
+    unpacked in one ``struct`` call instead of byte by byte.
+
+    >>> murmur2(b"21")
+    3321034988
+    >>> murmur2(b"")
+    275646681
+    """
+    length = len(data)
+    h = 0x9747B28C ^ length
+    n = length >> 2
+    if n:
+        words = _WORDS.get(n)
+        if words is None:
+            words = _WORDS[n] = struct.Struct(f"<{n}I")
+        for k in words.unpack_from(data):
+            k = (k * _M) & _MASK
+            k = ((k ^ (k >> 24)) * _M) & _MASK
+            h = ((h * _M) & _MASK) ^ k
+    tail = length & 3
+    if tail:
+        base = length & ~3
+        if tail == 3:
+            h ^= data[base + 2] << 16
+        if tail >= 2:
+            h ^= data[base + 1] << 8
+        h = ((h ^ data[base]) * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    return h ^ (h >> 15)
+
+
+_LANE_MASK = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+_LANE_ONE = b"\x01\x00\x00\x00\x00\x00\x00\x00"
+_MIN_LANES = 12
+
+
+def murmur2_many(keys: Sequence[bytes]) -> list[int]:
+    """:func:`murmur2` of every key, computed for many keys at once.
+
+    Keys of the same length (``_MIN_LANES`` or more) are hashed together: their 4-byte words are
+    laid out in 64-bit lanes of one Python integer per word position, and each murmur2 step is
+    a few big-integer operations over all lanes (a 32x32-bit product fits a 64-bit lane, so
+    lanes never carry into each other). That turns ~10 interpreted operations per word and key
+    into ~10 C-level operations per word position and batch. Fewer keys of a length use
+    :func:`murmur2` one by one.
+
+    >>> murmur2_many([b"21"] * 20) == [murmur2(b"21")] * 20
+    True
+    """
+    out = [0] * len(keys)
+    groups: dict[int, list[int]] = {}
+    for i, key in enumerate(keys):
+        group = groups.get(len(key))
+        if group is None:
+            groups[len(key)] = [i]
+        else:
+            group.append(i)
+    for length, members in groups.items():
+        if len(members) < _MIN_LANES:
+            for i in members:
+                out[i] = murmur2(keys[i])
+            continue
+        for i, h in zip(members, _murmur2_lanes([keys[i] for i in members], length), strict=True):
+            out[i] = h
+    return out
+
+
+def _murmur2_lanes(keys: list[bytes], length: int) -> array[int]:
+    lanes = len(keys)
+    width = lanes * 8
+    from_bytes = int.from_bytes
+    lane_mask = from_bytes(_LANE_MASK * lanes, "little")
+    h = (0x9747B28C ^ length) * from_bytes(_LANE_ONE * lanes, "little")
+    data = b"".join(keys)
+    n = length >> 2
+    if n:
+        # word j of every key, one 64-bit lane per key, word positions one after the other
+        words = bytearray(n * width)
+        for j in range(n):
+            at = j * width
+            for b in range(4):
+                words[at + b:at + width:8] = data[4 * j + b::length]
+        mask = from_bytes(_LANE_MASK * (lanes * n), "little")
+        k = (from_bytes(words, "little") * _M) & mask
+        k = ((k ^ ((k >> 24) & mask)) * _M) & mask
+        mixed = memoryview(k.to_bytes(n * width, "little"))
+        for j in range(n):
+            h = ((h * _M) & lane_mask) ^ from_bytes(mixed[j * width:(j + 1) * width], "little")
+    tail = length & 3
+    if tail:
+        base = length & ~3
+        rest = bytearray(width)
+        for b in range(tail):
+            rest[b::8] = data[base + b::length]
+        h = ((h ^ from_bytes(rest, "little")) * _M) & lane_mask
+    h ^= (h >> 13) & lane_mask
+    h = (h * _M) & lane_mask
+    h ^= (h >> 15) & lane_mask
+    result = array("Q")
+    result.frombytes(h.to_bytes(width, "little"))
+    return result
+
+
+def key_partition(key: bytes, partitions: int) -> int:
+    """The partition the Java client's default partitioner picks for ``key``.
+
+    >>> key_partition(b"21", 4)
+    0
+    """
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+class RecordBatchBuilder(Protocol):
+    """What :meth:`OutputProducer.create_batch` returns (aiokafka's ``BatchBuilder``)."""
+
+    def append(self, *, timestamp: int | None, key: bytes | None, value: bytes | None,
+               headers: Sequence[tuple[str, bytes]] = ()) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class OutputProducer(Protocol):
+    """The part of :class:`aiokafka.AIOKafkaProducer` the worker uses."""
+
+    async def partitions_for(self, topic: str) -> set[int]: ...
+
+    def create_batch(self) -> RecordBatchBuilder: ...
+
+    async def send_batch(self, batch: Any, topic: str, *, partition: int) -> Awaitable[Any]: ...
+
+
+Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
+
+
+class BatchedOutput:
+    """Collects the output records of a source batch per topic and sends them as batches.
+
+    :meth:`append` only queues (no I/O). :meth:`send` asks the producer for the partitions of
+    each topic (a metadata request for a topic it does not know yet; the broker may auto-create
+    it), partitions the records, builds and closes one batch per topic-partition (several if one
+    fills up) and hands them to the producer. It returns one future per batch; a future completes when the broker
+    acknowledged the batch, or raises. Within a topic-partition the records keep their order,
+    and successive calls keep the order of batches (the producer sends one partition's batches
+    in order).
+    """
+
+    def __init__(self, producer: OutputProducer) -> None:
+        self._producer = producer
+        self._sticky: dict[str, int] = {}
+        self._records: dict[str, list[Record]] = {}
+        self.pending = 0
+
+    def append(self, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]] = ()) -> None:
+        records = self._records.get(topic)
+        if records is None:
+            records = self._records[topic] = []
+        # aiokafka's record builder (C) takes a list
+        records.append((key, value, headers if type(headers) is list else list(headers)))
+        self.pending += 1
+
+    def take(self) -> dict[str, list[Record]]:
+        """The records appended since the last :meth:`take`, per topic (for a later :meth:`send`)."""
+        queued, self._records, self.pending = self._records, {}, 0
+        return queued
+
+    async def send(self, queued: dict[str, list[Record]] | None = None) -> list[Awaitable[Any]]:
+        """Hand ``queued`` (default: every record appended so far) to the producer; the futures
+        of the batches, in send order."""
+        futures: list[Awaitable[Any]] = []
+        if queued is None:
+            queued = self.take()
+        for topic, records in queued.items():
+            # the producer's current metadata (a request only for a topic it does not know yet)
+            count = len(await self._producer.partitions_for(topic))
+            sticky = self._sticky.get(topic, -1) + 1
+            self._sticky[topic] = sticky
+            keys = [r[0] for r in records]
+            if None in keys:
+                hashes = [sticky if k is None else murmur2(k) for k in keys]
+            else:
+                hashes = murmur2_many(keys)  # type: ignore[arg-type]
+            by_partition: dict[int, list[Record]] = {}
+            for record, hashed in zip(records, hashes, strict=True):
+                p = (hashed & 0x7FFFFFFF) % count
+                part = by_partition.get(p)
+                if part is None:
+                    by_partition[p] = [record]
+                else:
+                    part.append(record)
+            for p, part in by_partition.items():
+                futures.extend(await self._send_partition(topic, p, part))
+        return futures
+
+    async def _send_partition(self, topic: str, partition: int, records: list[Record]) -> list[Awaitable[Any]]:
+        futures = []
+        create, send = self._producer.create_batch, self._producer.send_batch
+        batch = create()
+        filled = 0
+        for key, value, headers in records:
+            if batch.append(timestamp=None, key=key, value=value, headers=headers) is None:
+                if not filled:
+                    raise ValueError(f"record of {len(value or b'')} bytes does not fit a batch for {topic}")
+                batch.close()
+                futures.append(await send(batch, topic, partition=partition))
+                batch = create()
+                filled = 0
+                if batch.append(timestamp=None, key=key, value=value, headers=headers) is None:
+                    raise ValueError(f"record of {len(value or b'')} bytes does not fit a batch for {topic}")
+            filled += 1
+        batch.close()
+        futures.append(await send(batch, topic, partition=partition))
+        return futures
