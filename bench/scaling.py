@@ -1,0 +1,112 @@
+"""Throughput of 1, 2 and 4 worker processes of one consumer group on a 4-partition topic.
+
+For each fleet size a fresh 4-partition source topic and consumer group: the workers start,
+the bench waits until the group has settled (every worker owns partitions), then produces
+``N`` canal-json messages (the :mod:`bench.service_e2e` workload) and measures from the first
+consumed message until every message is consumed and every output record acknowledged
+(summed over the workers' ``/metrics``), sampling the workers' CPU time. The output topics are
+then read until a fetch returns nothing and counted.
+
+Reported: messages/s of each fleet against the single worker of the same run, and CPU per
+message (how cost grows with work). On a 2-core machine shared with the broker the curve should
+flatten at 2 processes: a third process has no core to run on.
+
+Run: ``python -m bench.scaling [--size tiny|small|full] [--messages N] [--processes 1,2,4]``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench.common import BenchReport, Ratio, bench_parser
+from bench.service_e2e import (
+    Broker,
+    WorkerFleet,
+    WorkerResult,
+    canal_workload,
+    count_records,
+    produce,
+    worker_config,
+)
+from service.local import create_topics
+
+__all__ = ["main", "run_fleet"]
+
+MESSAGES = {"tiny": 5_000, "small": 30_000, "full": 200_000}
+PARTITIONS = 4
+TARGET_2 = 1.3
+"""Two processes on two cores, with the broker on the same cores: at least 1.3x one process."""
+
+
+def run_fleet(broker: Broker, n: int, processes: int, workdir: Path) -> tuple[WorkerResult, int]:
+    """``processes`` workers over a fresh topic of ``n`` messages; the result and records read."""
+    prefix = f"bs{uuid.uuid4().hex[:6]}"
+    source = f"{prefix}-src"
+    workload = canal_workload(n, prefix, source)
+    create_topics(broker.bootstrap, [source], partitions=PARTITIONS)
+    config = worker_config(broker.bootstrap, broker.redis_url, prefix, source, 0)
+    fleet = WorkerFleet(config, processes, workdir / f"p{processes}")
+    try:
+        fleet.wait_ready()
+        assignment = fleet.wait_assigned(PARTITIONS)
+        print(f"{processes} worker(s) assigned: {assignment}", flush=True)
+        start = fleet.mark()
+        produce(broker.bootstrap, source, workload.messages)
+        print(f"produced {n:,} messages in {time.perf_counter() - start[0]:.1f}s", flush=True)
+        result = fleet.measure(n, timeout_s=max(120.0, n / 300), start=start)
+    finally:
+        fleet.stop()
+    counts = count_records(broker.bootstrap, [*workload.output_topics, f"{prefix}.dlq"])
+    read = sum(counts.values())
+    if read != workload.expected_records or result.dlq:
+        raise RuntimeError(f"{processes} workers: read {read} records, expected {workload.expected_records}, "
+                           f"dlq {result.dlq}")
+    result.records_read = read
+    return result, read
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = bench_parser("worker throughput of 1, 2 and 4 processes on a 4-partition topic")
+    parser.add_argument("--messages", type=int, default=None,
+                        help="messages per fleet (default by --size: "
+                        + ", ".join(f"{k} {v:,}" for k, v in MESSAGES.items()) + ")")
+    parser.add_argument("--processes", default="1,2,4", help="fleet sizes (default 1,2,4)")
+    parser.add_argument("--bootstrap", default=None, help="use this broker instead of starting Tansu")
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    n = args.messages or MESSAGES[args.size]
+    sizes = [int(p) for p in args.processes.split(",")]
+    report = BenchReport("scaling", args.size)
+    workdir = Path(tempfile.mkdtemp(prefix="cdcnorm-bench-scaling-"))
+    broker = Broker.start(args.bootstrap, workdir)
+    results: dict[int, WorkerResult] = {}
+    try:
+        for k in sizes:
+            res, read = run_fleet(broker, n, k, workdir)
+            results[k] = res
+            print(f"{k} worker(s): {res.rate:,.0f} msg/s, {res.cpu_per_message_us:.1f} us CPU/msg, "
+                  f"{read:,} records read", flush=True)
+    finally:
+        broker.stop()
+    report.params.update(messages=n, partitions=PARTITIONS, processes=sizes, cpus=os.cpu_count(),
+                         load_avg=os.getloadavg()[0])
+    one = results.get(1) or results[min(results)]
+    base_name = f"{one.processes} process"
+    for k, res in sorted(results.items()):
+        if res is one:
+            continue
+        report.add(Ratio(f"msgs/s, {k} processes", res.rate, one.rate, "msgs/s",
+                         target=TARGET_2 if k == 2 else None, baseline_name=base_name))
+    for k, res in sorted(results.items()):
+        report.add(Ratio(f"CPU per message, {k} processes", res.cpu_per_message_us, one.cpu_per_message_us,
+                         "us/msg", baseline_name=base_name, note=f"{res.rate:,.0f} msg/s"))
+    return report.finish(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

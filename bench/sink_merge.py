@@ -1,0 +1,489 @@
+"""Sink throughput, freshness and driver memory, each against a baseline of the same run.
+
+1. **Merge throughput** (in-process Spark, no broker): ``changes`` changes over ``keys`` keys
+   (60% inserts, 30% updates, 10% deletes, keys drawn uniformly, so an "insert" of a stored key
+   is an upsert and a delete of a missing key a no-op) as canonical records, parsed with
+   :func:`sink.changes.parse_record`, then per micro-batch :func:`sink.changes.compact` +
+   :meth:`sink.iceberg.IcebergTables.write_batch` (MERGE). Baseline: the same number of rows
+   appended to a keyless Iceberg table by ``write_batch`` (the same DataFrame building, then
+   ``append``), in the same Spark session, batches interleaved with the merge's.
+   Ratio: merged changes/s / appended rows/s, target >= 0.5.
+2. **Driver memory** (sink process, real Tansu broker): the sink (``python -m sink``) reads
+   ``10 x batch`` pre-produced records in micro-batches of ``batch``; its Python process RSS
+   after the first ``batch`` changes is the baseline of its RSS after all of them.
+   Ratio: RSS(10N) / RSS(N), target <= 1.25 (memory does not grow with history).
+3. **Freshness** (same sink process, 5 s micro-batch interval): records produced at a steady
+   rate; a record is visible when the table's current Iceberg snapshot carries offsets past it
+   (read from the table's metadata files, no second Spark session). Ratios: p50 and p95 of
+   produce→visible against the trigger interval, target p95 <= 2 intervals.
+
+Run: ``python -m bench.sink_merge [--size tiny|small|full] [--parts merge,memory,freshness]``.
+Full size: 1M changes / 100k keys in 10 batches; memory over 100k then 1M records.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from bench.common import BenchReport, Ratio, bench_parser, percentile, rss_bytes
+from sink.changes import SinkChange, TableBatch, compact, parse_record
+from transforms.connect import Column, ConnectType, Logical, TableSchema
+from transforms.envelope import ChangeEvent, EmitOptions, Operation, SourceInfo, emit
+
+__all__ = ["ORDERS", "change_batches", "main"]
+
+ROOT = Path(__file__).resolve().parents[1]
+TOPIC = "cdcnorm.bench.orders"
+MERGE_TARGET = 0.5
+MEMORY_TARGET = 1.25
+FRESHNESS_TARGET = 2.0
+
+
+@dataclass(frozen=True)
+class Size:
+    """Workload of one size."""
+
+    changes: int
+    keys: int
+    batches: int
+    memory_batch: int  # records per sink micro-batch in the memory run (N)
+    memory_batches: int  # micro-batches in the memory run (RSS after N, then after this many x N)
+    fresh_rate: int  # records/s produced during the freshness run
+    fresh_seconds: float
+
+
+SIZES = {
+    "tiny": Size(2_000, 200, 2, memory_batch=500, memory_batches=3, fresh_rate=100, fresh_seconds=8),
+    "small": Size(100_000, 10_000, 10, memory_batch=10_000, memory_batches=10, fresh_rate=1_000, fresh_seconds=20),
+    "full": Size(1_000_000, 100_000, 10, memory_batch=100_000, memory_batches=10, fresh_rate=2_000, fresh_seconds=60),
+}
+
+ORDERS = TableSchema(
+    "bench",
+    None,
+    "orders",
+    (
+        Column("id", ConnectType.INT64, False),
+        Column("customer", ConnectType.STRING),
+        Column.decimal("amount", 12, 2),
+        Column("qty", ConnectType.INT32),
+        Column("status", ConnectType.STRING),
+        Column("created", ConnectType.INT64, logical=Logical.MICRO_TIMESTAMP),
+        Column("day", ConnectType.INT32, logical=Logical.DATE),
+        Column("note", ConnectType.STRING),
+    ),
+    ("id",),
+)
+_STATUSES = ("new", "paid", "shipped", "returned")
+
+
+def change_records(
+    n_changes: int, n_keys: int, seed: int = 1, first_seq: int = 1, now_ts: bool = False
+) -> Iterator[tuple[bytes | None, bytes | None]]:
+    """Canonical (key, value) records of a 60/30/10 insert/update/delete history, in order.
+
+    ``source.ts_ms`` is synthetic (reproducible), or the wall clock when the record is made
+    (``now_ts``, so the sink's own freshness figure means something).
+    """
+    rnd = random.Random(seed)
+    opts = EmitOptions(prefix="cdcnorm")
+    base = dt.datetime(2024, 1, 1)
+    for i in range(n_changes):
+        seq = first_seq + i
+        oid = rnd.randrange(n_keys)
+        row = {
+            "id": oid,
+            "customer": f"customer-{rnd.randrange(5000)}",
+            "amount": Decimal(rnd.randrange(10_000_000)) / 100,
+            "qty": rnd.randrange(1, 50),
+            "status": _STATUSES[rnd.randrange(4)],
+            "created": base + dt.timedelta(seconds=seq),
+            "day": dt.date(2024, 1, 1) + dt.timedelta(days=rnd.randrange(365)),
+            "note": None if rnd.random() < 0.7 else f"note {seq}",
+        }
+        kind = rnd.random()
+        ts_ms = int(time.time() * 1000) if now_ts else 1_700_000_000_000 + seq
+        source = SourceInfo("bench", ts_ms=ts_ms, sequence=f"{seq:012d}")
+        if kind < 0.6:
+            event = ChangeEvent(Operation.CREATE, ORDERS, None, row, source)
+        elif kind < 0.9:
+            event = ChangeEvent(Operation.UPDATE, ORDERS, {**row, "status": "new"}, row, source)
+        else:
+            event = ChangeEvent(Operation.DELETE, ORDERS, row, None, source)
+        for record in emit([event], opts):
+            yield record.key_bytes(), record.value_bytes()
+
+
+def change_batches(size: Size, seed: int = 1, first_seq: int = 1) -> Iterator[list[SinkChange]]:
+    """The history as parsed sink changes, one list per micro-batch."""
+    per_batch = size.changes // size.batches
+    records = change_records(size.changes, size.keys, seed, first_seq)
+    offset = 0
+    batch: list[SinkChange] = []
+    for key, value in records:
+        change = parse_record(TOPIC, 0, offset, key, value)
+        offset += 1
+        if change is None:
+            continue  # tombstone
+        batch.append(change)
+        if len(batch) == per_batch:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+# ----------------------------------------------------------------------------- part 1: merge
+
+
+def _sink_config(warehouse: Path, **overrides: Any) -> Any:
+    from sink.config import SinkConfig
+
+    section = {
+        "topics": [TOPIC],
+        "catalog": {"warehouse": str(warehouse)},
+        "maintenance": {"enabled": False},
+        **overrides,
+    }
+    return SinkConfig.from_section(section)
+
+
+def merge_throughput(report: BenchReport, size: Size, workdir: Path) -> None:
+    from sink.iceberg import IcebergTables, build_spark
+
+    config = _sink_config(workdir / "warehouse-merge")
+    started = time.monotonic()
+    spark = build_spark(config)
+    report.info("spark session start", time.monotonic() - started, "s")
+    started = time.monotonic()
+    tables = IcebergTables(spark, config)
+    # warm-up (not timed): create both tables and warm the JVM with one small batch each, so the
+    # ratio compares steady-state micro-batches rather than table creation and JIT compilation
+    warm = next(change_batches(Size(2_000, 1_000, 1, 0, 0, 0, 0), seed=99))
+    for batch in compact(warm).values():
+        tables.write_batch(batch, {f"{TOPIC}:0": 0})
+    tables.write_batch(TableBatch(("bench", "orders_append"), appends=warm), {f"{TOPIC}:0": 0})
+    report.info("warm-up (2 tables, 2k changes)", time.monotonic() - started, "s", "not in the ratio")
+    merge_s = append_s = compact_s = 0.0
+    merged = appended = compacted_rows = 0
+    parse_s = 0.0
+    try:
+        batches = change_batches(size, first_seq=1_000_000)  # newer than the warm-up's changes
+        for i in range(size.batches):
+            t0 = time.perf_counter()
+            changes = next(batches, None)
+            parse_s += time.perf_counter() - t0
+            if changes is None:
+                break
+            offsets = {f"{TOPIC}:0": changes[-1].offset + 1}
+            # merge: compaction + MERGE (what the runner does per batch after parsing)
+            t0 = time.perf_counter()
+            compacted = compact(changes)
+            t1 = time.perf_counter()
+            for batch in compacted.values():
+                compacted_rows += len(batch.changes)
+                tables.write_batch(batch, offsets)
+            t2 = time.perf_counter()
+            compact_s += t1 - t0
+            merge_s += t2 - t0
+            merged += len(changes)
+            # baseline: append the same number of rows, DataFrame built the same way
+            plain = TableBatch(("bench", "orders_append"), appends=changes)
+            t0 = time.perf_counter()
+            tables.write_batch(plain, offsets)
+            append_s += time.perf_counter() - t0
+            appended += len(changes)
+            print(
+                f"batch {i + 1}/{size.batches}: {len(changes)} changes; cumulative merge {merge_s:.1f}s, "
+                f"append {append_s:.1f}s",
+                flush=True,
+            )
+        stored = spark.sql(f"SELECT count(*) AS n FROM {tables.table_id(('bench', 'orders'))}").collect()[0]["n"]
+    finally:
+        spark.stop()
+    report.add(
+        Ratio(
+            "merge changes/s",
+            merged / merge_s,
+            appended / append_s,
+            "rows/s",
+            target=MERGE_TARGET,
+            baseline_name="plain append",
+            note=f"{merged} changes over {size.keys} keys in {size.batches} batches; "
+            f"compacted to {compacted_rows} rows; compaction {compact_s:.1f}s of {merge_s:.1f}s",
+        )
+    )
+    report.info("parse_record", merged / parse_s if parse_s else 0.0, "changes/s", "generation + parse, not timed above")
+    report.info("rows in merged table", stored, "rows")
+
+
+# ----------------------------------------------------------------------------- parts 2+3: sink process
+
+
+def _produce(bootstrap: str, records: Sequence[tuple[bytes | None, bytes | None]]) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000})
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(TOPIC, key=key, value=value)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(60) == 0, "records left unsent"
+
+
+class _SinkProcess:
+    """The sink as its own process (``python -m sink``), its progress lines read in a thread."""
+
+    def __init__(self, config_path: Path, log_path: Path) -> None:
+        self.log = log_path.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sink", "--config", str(config_path)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+        )
+        self.read_total = 0
+        self.samples: list[tuple[int, int]] = []  # (records read so far, python RSS) per batch
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._follow, daemon=True)
+        self.thread.start()
+
+    def _follow(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.log.write(line)
+            if line.startswith("batch: read="):
+                n = int(line.split("read=", 1)[1].split()[0])
+                try:
+                    rss = rss_bytes(self.proc.pid)
+                except Exception:  # the process ended
+                    continue
+                with self.lock:
+                    self.read_total += n
+                    self.samples.append((self.read_total, rss))
+
+    def jvm_rss(self) -> int:
+        import psutil
+
+        try:
+            return sum(c.memory_info().rss for c in psutil.Process(self.proc.pid).children(recursive=True))
+        except psutil.Error:
+            return 0
+
+    def wait_read(self, total: int, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the sink exited with {self.proc.returncode}; see {self.log.name}")
+            with self.lock:
+                if self.read_total >= total:
+                    return
+            time.sleep(0.2)
+        raise TimeoutError(f"the sink read {self.read_total} of {total} records in {timeout_s:.0f}s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log.close()
+
+
+def _table_offsets(table_dir: Path) -> dict[str, int] | None:
+    """``cdcnorm.offsets`` of the current snapshot of a hadoop-catalog Iceberg table, if any."""
+    meta = table_dir / "metadata"
+    try:
+        version = (meta / "version-hint.text").read_text().strip()
+        doc = json.loads((meta / f"v{version}.metadata.json").read_text())
+    except (OSError, ValueError):
+        return None
+    current = doc.get("current-snapshot-id")
+    for snap in doc.get("snapshots", []):
+        if snap.get("snapshot-id") == current:
+            raw = snap.get("summary", {}).get("cdcnorm.offsets")
+            return json.loads(raw) if raw else None
+    return None
+
+
+def sink_process_runs(report: BenchReport, size: Size, workdir: Path, parts: set[str]) -> None:
+    import yaml
+
+    from service.local import create_topics, start_tansu
+
+    broker = start_tansu(log_dir=workdir / "logs")
+    sink: _SinkProcess | None = None
+    try:
+        create_topics(broker.address, [TOPIC], partitions=2)
+        n_mem = size.memory_batch
+        trigger = 5.0
+        cfg = {
+            "broker": {"bootstrap_servers": broker.address},
+            "topics": [{"name": "unused-source", "format": "canal-json"}],
+            "sink": {
+                "topics": [TOPIC],
+                "group_id": "bench-sink",
+                "trigger_interval_seconds": trigger,
+                "max_records_per_batch": n_mem,
+                "catalog": {"warehouse": str(workdir / "warehouse-sink")},
+            },
+        }
+        config_path = workdir / "pipeline.yaml"
+        config_path.write_text(yaml.safe_dump(cfg))
+        produced = 0
+        if "memory" in parts:
+            # k x N changes over N keys (tombstones after deletes are records too: read counts include them)
+            records = list(change_records(size.memory_batches * n_mem, n_mem, seed=2))
+            _produce(broker.address, records)
+            produced = len(records)
+            del records
+        sink = _SinkProcess(config_path, workdir / "logs" / "sink.log")
+        if "memory" in parts:
+            sink.wait_read(produced, timeout_s=180 + 30 * (produced / n_mem + 1))
+            first = next((s for s in sink.samples if s[0] >= n_mem), sink.samples[0])
+            last = sink.samples[-1]
+            report.add(
+                Ratio(
+                    "sink driver RSS",
+                    last[1] / 2**20,
+                    first[1] / 2**20,
+                    "MiB",
+                    target=MEMORY_TARGET,
+                    lower_is_better=True,
+                    baseline_name=f"after {first[0]} records",
+                    note=f"after {last[0]} records ({len(sink.samples)} batches of <= {n_mem}); "
+                    f"JVM children {sink.jvm_rss() / 2**20:.0f} MiB",
+                )
+            )
+        if "freshness" in parts:
+            _freshness(report, size, broker.address, sink, workdir, trigger, produced)
+    finally:
+        if sink is not None:
+            sink.stop()
+        broker.stop()
+
+
+def _freshness(
+    report: BenchReport, size: Size, bootstrap: str, sink: _SinkProcess, workdir: Path, trigger: float, skip: int
+) -> None:
+    from confluent_kafka import Producer
+
+    table_dir = workdir / "warehouse-sink" / "bench" / "orders"
+    if skip == 0:  # let the sink join the group and create the table before timing
+        warmup = list(change_records(10, 10, seed=3))
+        _produce(bootstrap, warmup)
+        sink.wait_read(len(warmup), timeout_s=180)
+    deadline = time.monotonic() + 60
+    while not _table_offsets(table_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    baseline_offsets = _table_offsets(table_dir) or {}
+    sent_at: dict[tuple[int, int], float] = {}
+
+    def on_delivery(t_sent: float) -> Any:
+        def delivered(err: Any, msg: Any) -> None:
+            if err is None:
+                sent_at[(msg.partition(), msg.offset())] = t_sent
+
+        return delivered
+
+    visible_at: dict[tuple[int, int], float] = {}
+    stop = threading.Event()
+
+    def watch() -> None:
+        seen = {tp: off for tp, off in baseline_offsets.items()}
+        while not stop.is_set():
+            offsets = _table_offsets(table_dir) or {}
+            now = time.time()
+            if offsets != seen:
+                for tp, nxt in offsets.items():
+                    part = int(tp.rsplit(":", 1)[1])
+                    for off in range(seen.get(tp, 0), nxt):
+                        visible_at.setdefault((part, off), now)
+                seen = offsets
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    total = int(size.fresh_rate * size.fresh_seconds)
+    started = time.time()
+    for sent, (key, value) in enumerate(change_records(total, 1000, seed=4, first_seq=10_000_000, now_ts=True)):
+        pause = started + sent / size.fresh_rate - time.time()
+        if pause > 0:
+            time.sleep(pause)
+        producer.produce(TOPIC, key=key, value=value, on_delivery=on_delivery(time.time()))
+        producer.poll(0)
+    producer.flush(30)
+    deadline_s = time.time() + 6 * trigger + 60
+    while time.time() < deadline_s and not all(k in visible_at for k in sent_at):
+        time.sleep(0.2)
+    stop.set()
+    watcher.join(5)
+    lat = [visible_at[k] - t for k, t in sent_at.items() if k in visible_at]
+    missing = len(sent_at) - len(lat)
+    note = f"{len(sent_at)} records at {size.fresh_rate}/s for {size.fresh_seconds:.0f}s; interval {trigger:g}s"
+    if missing:
+        note += f"; {missing} not visible in time"
+    p50, p95 = percentile(lat, 50), percentile(lat, 95)
+    report.add(Ratio("freshness p50", p50, trigger, "s", baseline_name="trigger interval", note=note))
+    report.add(
+        Ratio(
+            "freshness p95",
+            p95,
+            trigger,
+            "s",
+            target=FRESHNESS_TARGET,
+            lower_is_better=True,
+            baseline_name="trigger interval",
+            note=f"max {max(lat, default=float('nan')):.1f}s",
+        )
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = bench_parser("sink merge throughput, freshness and driver memory")
+    parser.add_argument("--parts", default="merge,memory,freshness", help="comma-separated: merge, memory, freshness")
+    parser.add_argument("--workdir", type=Path, default=None, help="keep warehouses and logs here (default: a temp dir)")
+    args = parser.parse_args(argv)
+    size = SIZES[args.size]
+    parts = {p for p in args.parts.split(",") if p}
+    report = BenchReport(
+        "sink_merge",
+        args.size,
+        params={"changes": size.changes, "keys": size.keys, "batches": size.batches,
+                "memory_batch": size.memory_batch, "fresh_rate": size.fresh_rate, "parts": sorted(parts)},
+    )
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="cdcnorm-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        if "merge" in parts:
+            merge_throughput(report, size, workdir)
+        if parts & {"memory", "freshness"}:
+            sink_process_runs(report, size, workdir, parts)
+    finally:
+        if args.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return report.finish(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

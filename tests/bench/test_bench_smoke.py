@@ -1,0 +1,109 @@
+"""Smoke tests of the benchmarks: each bench script runs at its tiny size and reports its ratios.
+
+Targets are not asserted (a loaded CI machine says nothing about them); what is asserted is that
+every script still runs end to end and writes a result with positive measurements. The pure
+ones run in-process; those needing a broker or Spark run as processes and are integration tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import decoders
+from bench.common import BenchReport, Ratio, interleaved, percentile, summary
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(path: Path) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(path.read_text())
+    return result
+
+
+def _assert_measured(result: dict[str, Any], bench: str) -> None:
+    assert result["bench"] == bench
+    assert result["ratios"], "no ratio reported"
+    for r in result["ratios"]:
+        assert r["value"] > 0 and r["baseline"] > 0, r
+        assert r["ratio"] == pytest.approx(r["value"] / r["baseline"])
+        print(f"{bench}: {r['name']} = {r['value']:.4g} vs {r['baseline']:.4g} {r['unit']}: ratio {r['ratio']:.3f} "
+              f"(target {r['target_text']}, met {r['met']})")
+
+
+def test_ratio_targets_and_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report = BenchReport("demo", "tiny")
+    report.add(Ratio("fast", 40.0, 100.0, "msgs/s", target=0.35))
+    report.add(Ratio("rss", 130.0, 100.0, "MiB", target=1.25, lower_is_better=True))
+    report.add(Ratio("context", 1.0, 2.0, "s"))
+    report.info("note", 3.0, "s")
+    assert [r.met for r in report.ratios] == [True, False, None]
+    path = report.write_json(tmp_path / "demo.json")
+    missed = summary([path])
+    out = capsys.readouterr().out
+    assert missed == 1
+    assert "targets met: 1/2" in out and "demo: rss" in out
+
+
+def test_interleaved_and_percentile() -> None:
+    calls: list[str] = []
+    times = interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=2, warmup=1)
+    assert calls == ["a", "b"] * 3
+    assert set(times) == {"a", "b"} and all(t >= 0 for t in times.values())
+    assert percentile([5.0, 1.0, 3.0], 50) == 3.0
+    assert percentile([1.0, 2.0], 95) == pytest.approx(1.95)
+
+
+def test_decoders_bench_every_format(tmp_path: Path) -> None:
+    out = tmp_path / "decoders.json"
+    assert decoders.main(["--size", "tiny", "--json", str(out)]) == 0
+    result = _load(out)
+    _assert_measured(result, "decoders")
+    assert {r["name"].split()[0] for r in result["ratios"]} == set(decoders.FORMATS)
+    json_targets = [r for r in result["ratios"] if r["target"] is not None]
+    assert len(json_targets) == len(decoders.FORMATS) - 3  # not arcion-csv, dts-avro, qlik-avro
+
+
+def test_decoder_workload_repeats_golden_messages() -> None:
+    work = decoders.load_workload("canal-json", 64 * 1024)
+    assert work.n_bytes >= 64 * 1024
+    assert len(work.items) % work.distinct == 0
+    assert work.run_pipeline() > len(work.items) // 2  # most messages emit records
+
+
+def _run_bench(name: str, tmp_path: Path, *args: str, timeout: float) -> dict[str, Any]:
+    if not (ROOT / "bench" / f"{name}.py").exists():
+        pytest.skip(f"bench/{name}.py does not exist")
+    out = tmp_path / f"{name}.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", f"bench.{name}", "--size", "tiny", "--json", str(out), *args],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    print(proc.stdout[-3000:])
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return _load(out)
+
+
+@pytest.mark.integration
+@pytest.mark.spark
+def test_sink_merge_bench(tmp_path: Path) -> None:
+    result = _run_bench("sink_merge", tmp_path, "--workdir", str(tmp_path / "work"), timeout=420)
+    _assert_measured(result, "sink_merge")
+    names = {r["name"] for r in result["ratios"]}
+    assert {"merge changes/s", "sink driver RSS", "freshness p50", "freshness p95"} <= names
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ["service_e2e", "scaling", "worker_memory"])
+def test_service_benches(name: str, tmp_path: Path) -> None:
+    _assert_measured(_run_bench(name, tmp_path, timeout=420), name)
