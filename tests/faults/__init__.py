@@ -1,0 +1,17 @@
+"""Scripted fault-injection tests (``-m faults``; also ``integration``).
+
+Real processes on loopback: Tansu (``service.local.start_tansu``), redis-server
+(``service.local.start_redis``), the worker (``python -m service.cli worker``) and the sink
+(``python -m sink --once``, in its own process group so a kill takes its JVM too).
+
+* ``test_crashes``: the worker SIGKILLed at 5 seeded stream positions, then the sink SIGKILLed
+  at 5 points (``mid-merge``, a timer during the MERGE, ``between-table-commits``,
+  ``after-iceberg-commit``, ``after-kafka-commit``; see :func:`sink.main.crash_point`).
+* ``test_redis_outage``: the worker's redis-server frozen (SIGSTOP) for 30 s.
+* ``test_broker_outage``: the broker frozen (SIGSTOP) for 30 s under a running worker and sink.
+
+Knobs: ``CDCNORM_FAULT_CHANGES`` (changes streamed through the crash tests; default and CI
+value 100000, about 2 minutes for the worker part on 2 cores), ``CDCNORM_FAULT_OUTAGE_S``
+(outage length, default 30). Run ``pytest tests/faults -s`` (or ``-rP``) to see what each test
+injected and counted.
+"""

@@ -1,0 +1,297 @@
+"""Processes of the fault tests: the worker and the sink as children, killed on purpose.
+
+The sink runs in its own session (process group) so a SIGKILL can take its Spark JVM down at the
+same instant, as a machine crash would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from service.local import wait_for
+from tests.service.harness import ROOT, WorkerProcess
+
+__all__ = [
+    "SinkResult",
+    "committed_offsets",
+    "kill_worker",
+    "read_warehouses",
+    "run_sink",
+    "sink_config",
+    "start_sink",
+    "wait_committed",
+    "wait_consuming",
+    "wait_position",
+    "warehouse_files",
+]
+
+_RUNS = itertools.count(1)
+_BATCH = re.compile(r"batch: read=(\d+) changes=(\d+) upserts=(\d+) deletes=(\d+)")
+
+
+def worker_config(bootstrap: str, redis_url: str, redis_prefix: str, prefix: str, topics: list[dict[str, Any]],
+                  session_timeout_s: float = 6.0, **worker: Any) -> dict[str, Any]:
+    """A worker config for the fault tests (short session timeout, fast commits)."""
+    return {
+        "topic_prefix": prefix,
+        "broker": {"bootstrap_servers": bootstrap, "session_timeout_s": session_timeout_s},
+        "redis": {"url": redis_url, "key_prefix": redis_prefix},
+        "worker": {"app_id": f"{prefix}-group", "commit_interval_s": 0.5, **worker},
+        "topics": topics,
+    }
+
+
+def wait_consuming(worker: WorkerProcess, topic: str, timeout_s: float = 90.0) -> None:
+    """Until this worker process has consumed at least one message of ``topic``."""
+
+    def consuming() -> bool:
+        if not worker.process.running:
+            raise RuntimeError(f"worker exited:\n{worker.process.log_tail()}")
+        try:
+            return worker.total("cdcnorm_messages_in_total", topic=topic) > 0
+        except OSError:
+            return False
+
+    wait_for(consuming, timeout_s, f"worker consuming {topic}", 0.1)
+
+
+def wait_position(worker: WorkerProcess, base: int, target: int, timeout_s: float = 120.0) -> None:
+    """Until ``base`` plus the messages this worker consumed reaches ``target``."""
+
+    def reached() -> bool:
+        if not worker.process.running:
+            raise RuntimeError(f"worker exited:\n{worker.process.log_tail()}")
+        try:
+            return base + worker.total("cdcnorm_messages_in_total") >= target
+        except OSError:
+            return False
+
+    wait_for(reached, timeout_s, f"worker reaching stream position {target}", 0.05)
+
+
+def kill_worker(worker: WorkerProcess) -> int:
+    """SIGKILL the worker; returns how many messages it had consumed (last scrape)."""
+    try:
+        consumed = int(worker.total("cdcnorm_messages_in_total"))
+    except OSError:
+        consumed = -1
+    worker.process.process.send_signal(signal.SIGKILL)
+    worker.process.process.wait(10)
+    return consumed
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
+    """The group's committed offset per partition (-1 when none)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return [tp.offset if tp.offset >= 0 else -1 for tp in tps]
+    finally:
+        consumer.close()
+
+
+def wait_committed(bootstrap: str, group: str, topic: str, ends: dict[int, int], timeout_s: float,
+                   worker: WorkerProcess | None = None) -> None:
+    """Until ``group`` has committed ``ends[p]`` on every partition of ``topic`` (so every
+    source message was processed and its records acknowledged)."""
+
+    def done() -> bool:
+        if worker is not None and not worker.process.running:
+            raise RuntimeError(f"worker exited:\n{worker.process.log_tail()}")
+        got = committed_offsets(bootstrap, group, topic, len(ends))
+        return all(got[p] >= end for p, end in ends.items())
+
+    wait_for(done, timeout_s, f"group {group} committing {ends}", 0.5)
+
+
+def sink_config(path: Path, bootstrap: str, pattern: str, group: str, warehouse: Path, **sink: Any) -> Path:
+    """Write a pipeline config with a ``sink:`` section; returns its path."""
+    cfg = {
+        "broker": {"bootstrap_servers": bootstrap},
+        "topics": [{"name": "unused-source", "format": "canal-json"}],
+        "sink": {
+            "topic_pattern": pattern,
+            "group_id": group,
+            "trigger_interval_seconds": 2,
+            "catalog": {"warehouse": str(warehouse)},
+            # short-lived JVMs: C1 only halves a cold sink run here (the sink's own UTC flag kept)
+            "spark_conf": {"spark.driver.extraJavaOptions": "-Duser.timezone=UTC -XX:TieredStopAtLevel=1"},
+            **sink,
+        },
+    }
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+@dataclass
+class SinkResult:
+    """The outcome of one sink process."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    batches: list[tuple[int, int, int, int]] = field(default_factory=list)  # read, changes, upserts, deletes
+    seconds: float = 0.0
+
+    @property
+    def read(self) -> int:
+        return sum(b[0] for b in self.batches)
+
+
+def _result(code: int, out: str, err: str) -> SinkResult:
+    batches = [tuple(int(x) for x in m.groups()) for m in _BATCH.finditer(out)]
+    return SinkResult(code, out, err, batches)  # type: ignore[arg-type]
+
+
+def start_sink(config: Path, *args: str, env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen[str]:
+    """``python -m sink --config ...`` in a new session (its own process group)."""
+    out: Any = subprocess.PIPE if log is None else log.open("w")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "sink", "--config", str(config), *args],
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+            stdout=out,
+            stderr=subprocess.STDOUT if log is not None else subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+    finally:
+        if log is not None:
+            out.close()
+
+
+def kill_group(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL the process group that ``proc`` leads (the sink and its JVM)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+
+
+def run_sink(config: Path, *args: str, env: dict[str, str] | None = None, timeout_s: float = 240.0,
+             log: Path | None = None, kill_when: Callable[[], bool] | None = None) -> SinkResult:
+    """Run the sink to its end (or its crash); the process group is killed on a timeout, or
+    as soon as ``kill_when()`` (polled every 20 ms) is true.
+
+    Its output goes to ``log`` (default: next to the config), and is returned as ``stdout``.
+    """
+    log = log or config.with_suffix(f".run{next(_RUNS)}.log")
+    started = time.monotonic()
+    proc = start_sink(config, *args, env={"PYTHONUNBUFFERED": "1", **(env or {})}, log=log)
+    try:
+        while proc.poll() is None:
+            if time.monotonic() - started > timeout_s:
+                kill_group(proc)
+                raise AssertionError(f"sink did not finish in {timeout_s}s:\n{log.read_text(errors='replace')[-3000:]}")
+            if kill_when is not None and kill_when():
+                kill_group(proc)
+                break
+            time.sleep(0.02)
+    except BaseException:  # e.g. the pytest timeout: leave no sink or JVM behind
+        kill_group(proc)
+        raise
+    _reap_group(proc.pid)
+    out = log.read_text(errors="replace")
+    result = _result(proc.returncode, out, out[-5000:])
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _reap_group(pgid: int, timeout_s: float = 20.0) -> None:
+    """Wait until no process of the sink's group is left (its JVM exits once the driver is gone);
+    kill what is still there after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+_READER = """
+import sys, orjson
+from sink.main import load_sink_config
+from sink.inspect import read_tables
+out = {}
+for i, path in enumerate(sys.argv[1:]):
+    config, _ = load_sink_config(path)
+    config = config.model_copy(update={"catalog": config.catalog.model_copy(update={"name": f"w{i}"})})
+    out[path] = read_tables(config, meta=True)
+sys.stdout.buffer.write(orjson.dumps(out) + b"\\n")
+"""
+
+
+def read_warehouses(*configs: Path, timeout_s: float = 180.0) -> list[dict[str, Any]]:
+    """Every table (rows with ``__cdc_seq``/``__cdc_ts_ms``) of each config's warehouse, read
+    in one Spark session (one catalog per warehouse)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _READER, *map(str, configs)],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout_s,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found: dict[str, Any] = orjson.loads(proc.stdout.strip().splitlines()[-1])
+    return [found[str(c)] for c in configs]
+
+
+def probe(worker: WorkerProcess, path: str, timeout_s: float = 10.0) -> tuple[int, bytes]:
+    """GET ``path`` of the worker's web server; ``(0, b"")`` when it does not answer in time."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{worker.port}{path}", timeout=timeout_s) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+    except OSError:
+        return 0, b""
+
+
+def metric_total(body: bytes, name: str, **labels: str) -> float:
+    """The sum of the samples of ``name`` (with ``labels``) in a Prometheus text page."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0.0
+    for family in text_string_to_metric_families(body.decode()):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+    return total
+
+
+def sink_batches(log: Path) -> list[tuple[int, int, int, int]]:
+    """The ``batch:`` progress lines a sink wrote to ``log`` so far."""
+    if not log.exists():
+        return []
+    return [(int(a), int(b), int(c), int(d)) for a, b, c, d in _BATCH.findall(log.read_text(errors="replace"))]
+
+
+def warehouse_files(warehouse: Path) -> dict[str, tuple[int, int]]:
+    """Per ``namespace.table`` of a hadoop-catalog warehouse: (metadata versions, data and
+    delete files) on disk, committed or not (a kill mid-commit leaves uncommitted files)."""
+    out: dict[str, tuple[int, int]] = {}
+    for meta in sorted(warehouse.glob("*/*/metadata")):
+        name = f"{meta.parent.parent.name}.{meta.parent.name}"
+        versions = len(list(meta.glob("v*.metadata.json")))
+        files = len(list((meta.parent / "data").glob("*.parquet")))
+        out[name] = (versions, files)
+    return out
