@@ -9,8 +9,9 @@ partitions) to one :class:`BatchProcessor`:
 
 1. each record is normalized by :class:`Normalizer` (decode → key overrides → partial-image
    completion → chain → emit), in partition order;
-2. the output records of the whole batch go to the producer as one closed record batch per
-   output topic-partition (:class:`service.output.BatchedOutput`), without waiting;
+2. a shipper task hands the output records of the batch to the producer as one closed record
+   batch per output topic-partition (:class:`service.output.BatchedOutput`), batch after
+   batch, while the next batch is being processed;
 3. an acker task waits for those batches' acknowledgements **in order** and only then marks
    the batch's source offsets committable; Faust's commit timer (``worker.commit_interval_s``),
    a rebalance and the shutdown commit exactly those. So an offset is committed only after all
@@ -125,7 +126,7 @@ class ServicePipeline(Pipeline):
         self.transactions = transactions
 
     def events(self, message: Message) -> list[Event]:
-        events = self.decoder.decode(message)
+        events = self.decoder.decode_safely(message)
         if self.key_overrides:
             events = [self._override_key(e) for e in events]
         if self.completion is not None and events:

@@ -33,7 +33,7 @@ class Pipeline:
 
     def events(self, message: Message) -> list[Event]:
         """Decoded events after key overrides and the chain (before serialization)."""
-        events = self.decoder.decode(message)
+        events = self.decoder.decode_safely(message)
         if self.key_overrides:
             events = [self._override_key(e) for e in events]
         if self.chain.steps:

@@ -402,6 +402,26 @@ def test_dts_charsets_that_are_not_text_encodings_are_errors(charset: str) -> No
     assert info.value.field is not None and info.value.field.startswith("afterImages.")
 
 
+@pytest.mark.parametrize("zone", ["x" * 5000, "+99:00", "../../etc/passwd", "Europe/Nowhere"])
+def test_dts_time_zones_that_are_not_zones_are_errors(zone: str) -> None:
+    seed = next(s for s in format_seeds("dts-avro") if s.layout is not None and _decodes(s) and _has_zoned(s))
+
+    def change(tree: dict[str, Any]) -> None:
+        for i, item in enumerate(tree["afterImages"]):
+            if item and item[0].endswith("TimestampWithTimeZone"):
+                tree["afterImages"][i] = (item[0], {**item[1], "timezone": zone})
+
+    with pytest.raises(DecodeError, match="time zone") as info:
+        _decoder(seed).decode(_with_tree(seed, change))
+    assert info.value.field is not None and info.value.field.startswith("afterImages.")
+
+
+def _has_zoned(seed: Seed) -> bool:
+    assert seed.layout is not None
+    images = seed.layout.decode()["afterImages"]
+    return isinstance(images, list) and any(item and item[0].endswith("TimestampWithTimeZone") for item in images)
+
+
 def test_dts_duplicate_column_names_are_an_error() -> None:
     seed = next(s for s in format_seeds("dts-avro") if s.layout is not None and s.case == "mysql-dml"
                 and b"afterImages" not in (s.message.value or b"") and _decodes(s)

@@ -94,7 +94,7 @@ class CanalJsonOptions(FormatOptions):
     def _known_zone(cls, value: str) -> str:
         try:
             ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
+        except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
             raise ValueError(f"unknown time zone {value!r}") from exc
         return value
 

@@ -371,17 +371,22 @@ def _codec(charset: str) -> str | None:
 _OFFSET_RE = re.compile(r"^(?:UTC|GMT)?\s*([+-])(\d{1,2})(?::?(\d{2}))?$")
 
 
+_ZONE_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_+\-/]{0,63}$")  # IANA names, e.g. America/Argentina/Buenos_Aires
+
+
 def _zone(text: str) -> dt.tzinfo | None:
     text = text.strip()
     if text in ("Z", "UTC", "GMT"):
         return dt.UTC
     m = _OFFSET_RE.match(text)
-    if m:
-        sign = -1 if m.group(1) == "-" else 1
-        return dt.timezone(sign * dt.timedelta(hours=int(m.group(2)), minutes=int(m.group(3) or 0)))
     try:
+        if m:
+            sign = -1 if m.group(1) == "-" else 1
+            return dt.timezone(sign * dt.timedelta(hours=int(m.group(2)), minutes=int(m.group(3) or 0)))
+        if not _ZONE_NAME_RE.match(text):
+            return None
         return ZoneInfo(text)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # offsets of a day or more, odd names
         return None
 
 
