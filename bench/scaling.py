@@ -38,7 +38,7 @@ from service.local import create_topics
 
 __all__ = ["main", "run_fleet"]
 
-MESSAGES = {"tiny": 5_000, "small": 30_000, "full": 200_000}
+MESSAGES = {"tiny": 5_000, "small": 20_000, "full": 200_000}
 PARTITIONS = 4
 TARGET_2 = 1.3
 """Two processes on two cores, with the broker on the same cores: at least 1.3x one process."""

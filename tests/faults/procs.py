@@ -28,15 +28,20 @@ from tests.service.harness import ROOT, WorkerProcess
 __all__ = [
     "SinkResult",
     "committed_offsets",
+    "kill_group",
     "kill_worker",
+    "metric_total",
+    "probe",
     "read_warehouses",
     "run_sink",
+    "sink_batches",
     "sink_config",
     "start_sink",
     "wait_committed",
     "wait_consuming",
     "wait_position",
     "warehouse_files",
+    "worker_config",
 ]
 
 _RUNS = itertools.count(1)
