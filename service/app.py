@@ -588,10 +588,12 @@ class BatchProcessor:
 def _log_fatal_message(message: Message, exc: FatalMessageError) -> None:
     log.critical(
         "stopping: message failed under errors=fail topic=%s partition=%s offset=%s "
-        "error_class=%s; the offset is not committed",
+        "error_class=%s field=%s; the offset is not committed",
         message.topic, message.partition, message.offset, type(exc.__cause__).__name__,
+        getattr(exc.__cause__, "field", None),
     )
-    log.critical("failure detail: %s", exc.__cause__)
+    # the reason can quote data values: only at DEBUG (no payloads in logs at INFO)
+    log.debug("failure detail: %s", exc.__cause__)
 
 
 async def normalize_with_retry(
@@ -825,11 +827,11 @@ def create_app(
 
 
 def _redis_normalizer(config: PipelineConfig) -> tuple[Normalizer, Any, list[Any]]:
-    from service.state import RedisMetadataStore, RedisRowStateStore, redis_client
+    from service.state import RedisMetadataStore, RedisRowStateStore, connect_redis
 
     metrics = WorkerMetrics()
     rc = config.redis
-    client = redis_client(rc.url, rc.password.get_secret_value() if rc.password else None, rc.socket_timeout_s)
+    client = connect_redis(rc)
     meta = RedisMetadataStore(client, rc.key_prefix, rc.metadata_cache_ttl_s, on_error=metrics.redis_error)
     rows: list[Any] = []
 

@@ -139,11 +139,6 @@ def test_no_secret_in_the_worker_log(run: Run) -> None:
     assert run.redis_password not in run.log
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="service/app.py logs the decode error, with its payload preview, at CRITICAL "
-    "('failure detail: %s', exc.__cause__) when a message fails under errors: fail",
-)
 def test_no_payload_in_the_log_when_errors_fail_stops_the_worker(run: Run) -> None:
     assert "stopping: message failed under errors=fail" in run.log
     lines = [line for line in run.log.splitlines() if FAIL_MARKER in line]

@@ -17,11 +17,6 @@ from tests.service.harness import WorkerProcess
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="service/app.py builds its Redis client with redis_client(url, password, timeout), so "
-    "redis.username and the ssl_* files never reach it; it should call service.state.connect_redis(config.redis)",
-)
 def test_worker_is_ready_against_tls_and_acl_redis(
     kafka_bootstrap: str, tls_redis: SecuredRedis, tls_files: TlsFiles, tmp_path: Path
 ) -> None:
