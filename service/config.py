@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -157,6 +158,16 @@ def mask_secrets(path: str, value: Any) -> Any:
 
 
 Secret = Annotated[SecretStr, BeforeValidator(resolve_secret)]
+
+
+def _existing_file(value: Path) -> Path:
+    if not value.is_file():
+        raise ValueError(f"file {value} does not exist")
+    return value
+
+
+ExistingFile = Annotated[Path, AfterValidator(_existing_file)]
+"""A path that must name an existing file (TLS CA, certificate and key files)."""
 # Not secret, but usually delivered with the secret (e.g. a Kubernetes Secret's `username`).
 Resolved = Annotated[str, BeforeValidator(resolve_secret)]
 
@@ -273,9 +284,9 @@ class BrokerConfig(_Section):
     sasl_mechanism: SaslMechanism | None = None
     sasl_username: Resolved | None = None
     sasl_password: Secret | None = None
-    ssl_cafile: Path | None = None
-    ssl_certfile: Path | None = None
-    ssl_keyfile: Path | None = None
+    ssl_cafile: ExistingFile | None = None
+    ssl_certfile: ExistingFile | None = None
+    ssl_keyfile: ExistingFile | None = None
     ssl_password: Secret | None = Field(None, description="Password of an encrypted ssl_keyfile.")
     ssl_check_hostname: bool = Field(True, description="Check that the broker certificate names the host.")
     client_id: str = "cdcnorm"
@@ -298,13 +309,6 @@ class BrokerConfig(_Section):
             host, sep, port = server.rpartition(":")
             if not sep or not host or not port.isdigit():
                 raise ValueError(f"expected host:port, found {server!r}")
-        return value
-
-    @field_validator("ssl_cafile", "ssl_certfile", "ssl_keyfile")
-    @classmethod
-    def _exists(cls, value: Path | None) -> Path | None:
-        if value is not None and not value.is_file():
-            raise ValueError(f"file {value} does not exist")
         return value
 
     @model_validator(mode="after")
@@ -456,9 +460,9 @@ class RedisConfig(_Section):
     key_prefix: str = "cdcnorm:"
     username: Resolved | None = Field(None, description="ACL user (Redis 6+); default: the `default` user.")
     password: Secret | None = None
-    ssl_cafile: Path | None = None
-    ssl_certfile: Path | None = None
-    ssl_keyfile: Path | None = None
+    ssl_cafile: ExistingFile | None = None
+    ssl_certfile: ExistingFile | None = None
+    ssl_keyfile: ExistingFile | None = None
     ssl_password: Secret | None = Field(None, description="Password of an encrypted ssl_keyfile.")
     ssl_check_hostname: bool = Field(True, description="Check that the server certificate names the host.")
     socket_timeout_s: float = Field(2.0, gt=0)
@@ -477,13 +481,6 @@ class RedisConfig(_Section):
             raise ValueError(f"not a valid URL: {exc}") from None
         if password:
             raise ValueError("the URL holds a password: put it in redis.password (${ENV_VAR} or file:/path)")
-        return value
-
-    @field_validator("ssl_cafile", "ssl_certfile", "ssl_keyfile")
-    @classmethod
-    def _exists(cls, value: Path | None) -> Path | None:
-        if value is not None and not value.is_file():
-            raise ValueError(f"file {value} does not exist")
         return value
 
     @model_validator(mode="after")
