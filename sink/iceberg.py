@@ -18,7 +18,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
@@ -132,6 +132,26 @@ class _TableState:
     columns: dict[str, str]  # name -> spark sql type (data columns only)
     key: tuple[str, ...]
     commits: int = 0
+
+
+class _JavaCallable:
+    """``work`` as a ``java.util.concurrent.Callable`` for py4j; keeps the exception it raised."""
+
+    def __init__(self, work: Callable[[], None]) -> None:
+        self.work: Callable[[], None] | None = work
+        self.error: BaseException | None = None
+
+    def call(self) -> None:
+        try:
+            if self.work is not None:
+                self.work()
+        except BaseException as exc:  # surfaced after the Java call returns
+            self.error = exc
+            raise
+        return None
+
+    class Java:
+        implements: ClassVar[list[str]] = ["java.util.concurrent.Callable"]
 
 
 class IcebergTables:
@@ -270,22 +290,7 @@ class IcebergTables:
         for k, v in props.items():
             java_props.put(k, v)
 
-        class _Work:
-            def __init__(self) -> None:
-                self.error: BaseException | None = None
-
-            def call(self) -> None:
-                try:
-                    work()
-                except BaseException as exc:  # surfaced after the Java call returns
-                    self.error = exc
-                    raise
-                return None
-
-            class Java:
-                implements = ["java.util.concurrent.Callable"]
-
-        callable_ = _Work()
+        callable_ = _JavaCallable(work)
         exc_class = jvm.java.lang.Class.forName("java.lang.RuntimeException")
         try:
             jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(java_props, callable_, exc_class)
@@ -293,6 +298,10 @@ class IcebergTables:
             if callable_.error is not None:
                 raise callable_.error from None
             raise
+        finally:
+            # py4j keeps objects passed to Java until the JVM collects their proxies, which can
+            # be many batches later: drop the work (and the batch it holds) now
+            callable_.work = None
 
     def write_batch(self, batch: TableBatch, offsets: dict[str, int]) -> dict[str, int]:
         """Apply one compacted table batch in Iceberg commits tagged with ``offsets``.

@@ -238,6 +238,7 @@ class MicroBatchSink:
             offsets = table_offsets[change.table]
             key = _tp(*tp)
             offsets[key] = max(offsets.get(key, 0), msg.offset() + 1)
+        del msgs, msg  # the raw records are parsed: free them before the merge (driver peak memory)
         report.changes = len(changes)
         started = time.monotonic()
         for table, batch in compact(changes).items():
