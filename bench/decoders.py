@@ -38,7 +38,7 @@ __all__ = ["FormatWorkload", "load_workload", "main"]
 
 JSON_TARGET = 0.35
 SIZE_BYTES = {"tiny": 64 * 1024, "small": 1024 * 1024, "full": 8 * 1024 * 1024}
-REPEATS = {"tiny": 1, "small": 3, "full": 7}
+REPEATS = {"tiny": 1, "small": 3, "full": 5}
 BINARY = ("dts-avro", "qlik-avro")
 FORMATS = (
     "canal-json",
