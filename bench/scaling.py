@@ -60,6 +60,12 @@ def run_fleet(broker: Broker, n: int, processes: int, workdir: Path) -> tuple[Wo
         produce(broker.bootstrap, source, workload.messages)
         print(f"produced {n:,} messages in {time.perf_counter() - start[0]:.1f}s", flush=True)
         result = fleet.measure(n, timeout_s=max(120.0, n / 300), start=start)
+        # the workers count a message when it is consumed; wait until its output is on the broker
+        # (acks in flight) before stopping them, so the completeness check below is meaningful
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if sum(count_records(broker.bootstrap, workload.output_topics).values()) >= workload.expected_records:
+                break
     finally:
         fleet.stop()
     counts = count_records(broker.bootstrap, [*workload.output_topics, f"{prefix}.dlq"])
