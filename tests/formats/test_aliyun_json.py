@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.formats.strategies import json_values
 from transforms.connect import ConnectType, Logical
 from transforms.decoders import Message
 from transforms.decoders.aliyun_json import AliyunJsonDecoder
@@ -147,15 +148,7 @@ def test_bad_input_is_a_decode_error_naming_the_field(raw: Any, field: str | Non
     assert err.preview and "payload:" in str(err)
 
 
-_json = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**63), 2**64 - 1)
-    | st.floats(allow_nan=False)
-    | st.text(max_size=4),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-    max_leaves=8,
-)
+_json = json_values
 
 
 @settings(max_examples=200, deadline=None)

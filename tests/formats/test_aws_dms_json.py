@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.formats.strategies import json_values
 from transforms.decoders import Message, create_decoder
 from transforms.decoders.aws_dms_json import AwsDmsJsonDecoder
 from transforms.envelope import ChangeEvent, Operation, SchemaChangeEvent, SnapshotMarker
@@ -246,15 +247,7 @@ def test_property_bi_columns_split_into_before(after: dict[str, Any], before: di
         assert (event.after[name] == UNAVAILABLE) == (name not in after)
 
 
-_json = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**63), 2**64 - 1)
-    | st.floats(allow_nan=False)
-    | st.text(max_size=4),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-    max_leaves=8,
-)
+_json = json_values
 _meta = st.fixed_dictionaries(
     {},
     optional={

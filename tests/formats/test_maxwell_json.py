@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.formats.strategies import json_values
 from transforms.connect import ConnectType, Logical
 from transforms.decoders import Message, create_decoder
 from transforms.decoders.maxwell_json import MaxwellJsonDecoder
@@ -248,15 +249,7 @@ def test_property_update_before_is_data_merged_with_old(data: dict[str, Any], ol
             assert event.after[name] is None
 
 
-_json = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**63), 2**64 - 1)
-    | st.floats(allow_nan=False)
-    | st.text(max_size=4),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-    max_leaves=8,
-)
+_json = json_values
 _docs = st.fixed_dictionaries(
     {},
     optional={

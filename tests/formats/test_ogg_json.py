@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.formats.strategies import json_values
 from transforms.decoders import Message, create_decoder
 from transforms.decoders.ogg_json import OggJsonDecoder
 from transforms.envelope import ChangeEvent, Operation
@@ -161,15 +162,7 @@ def test_property_absent_columns_are_unavailable_never_null(
                 assert value is not None and value != UNAVAILABLE
 
 
-_json = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**63), 2**64 - 1)
-    | st.floats(allow_nan=False)
-    | st.text(max_size=4),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-    max_leaves=8,
-)
+_json = json_values
 _docs = st.fixed_dictionaries(
     {},
     optional={
