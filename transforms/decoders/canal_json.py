@@ -46,8 +46,9 @@ from pydantic import Field, field_validator
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import Decoder, Message, check_decimal_params
-from transforms.decoders.cache import TableCache
+from transforms.decoders.cache import LruCache, TableCache
 from transforms.decoders.fields import optional_int, optional_scalar, optional_str, parse_int
+from transforms.decoders.rowplan import FastConverter, RowPlans, fast_converter, int_converter
 from transforms.envelope import (
     ChangeEvent,
     Event,
@@ -329,6 +330,18 @@ def _mysql_column(name: str, text: str, unsigned_mode: BigintUnsignedHandlingMod
     return None
 
 
+_INT_OR_NULL = frozenset({int, type(None)})
+
+
+def _json_kind(rows: list[dict[str, Any]], name: str) -> Any:
+    """What ``infer_column`` infers a column from: the type of its first non-null value (for an
+    array, also whether it is a non-empty array of strings)."""
+    sample = next((row[name] for row in rows if row.get(name) is not None), None)
+    if type(sample) is list:
+        return list, bool(sample) and all(isinstance(v, str) for v in sample)
+    return type(sample)
+
+
 def _is_zero_date(raw: Any) -> bool:
     return isinstance(raw, str) and raw.startswith("0000-00-00")
 
@@ -348,6 +361,11 @@ class CanalJsonDecoder(Decoder):
         opts = self._opts = self.options_as(CanalJsonOptions)
         self._zone = ZoneInfo(opts.timestamp_zone)
         self._tables = TableCache()
+        # message shape (names, types, key) -> its table schema, see _shape
+        self._shapes: LruCache[tuple[Any, ...], TableSchema] = LruCache(
+            4096, 200_000, lambda key, _: len(key[2]) + len(key[3]) + len(key[5]) + 1
+        )
+        self._plans = RowPlans(self._fast_converter)
 
     # -- fields ----------------------------------------------------------------------------
 
@@ -487,6 +505,60 @@ class CanalJsonDecoder(Decoder):
         old: list[dict[str, Any]] | None,
         raw: bytes,
     ) -> TableSchema:
+        """The table schema of a message, cached by the message's shape (see :meth:`_shape`)."""
+        shape = self._shape(doc, db, table, data, old)
+        if shape is not None:
+            hit = self._shapes.get(shape)
+            if hit is not None:
+                return hit
+        schema, by_shape = self._build_schema(doc, db, table, data, old, raw)
+        if shape is not None and by_shape:
+            self._shapes.put(shape, schema)
+        return schema
+
+    @staticmethod
+    def _shape(
+        doc: Mapping[str, Any],
+        db: str | None,
+        table: str,
+        data: list[dict[str, Any]] | None,
+        old: list[dict[str, Any]] | None,
+    ) -> tuple[Any, ...] | None:
+        """What a message's schema depends on: names, types and key, and for the columns without a
+        declared type the JSON type of their first non-null value. None for a message the full
+        path must look at (e.g. a malformed type map, which it reports)."""
+        mysql = doc.get("mysqlType") or {}
+        sql = doc.get("sqlType") or {}
+        pk = doc.get("pkNames") or ()
+        if type(mysql) is not dict or type(sql) is not dict or not (type(pk) is list or pk == ()):
+            return None
+        # sqlType codes must be ints: True == 1 == 1.0 would otherwise share a shape with them
+        if sql and not set(map(type, sql.values())) <= _INT_OR_NULL:
+            return None
+        rows = [*(data or ()), *(old or ())]
+        typed = mysql.keys() | sql.keys() if sql else mysql.keys()
+        untyped: tuple[tuple[str, Any], ...] = ()
+        if not all(row.keys() <= typed for row in rows):
+            names = dict.fromkeys(name for row in rows for name in row if name not in typed)
+            untyped = tuple((name, _json_kind(rows, name)) for name in names)
+        shape = (db, table, tuple(mysql.items()), tuple(sql.items()), tuple(pk), untyped)
+        try:
+            hash(shape)
+        except TypeError:  # a list or object where a type name belongs
+            return None
+        return shape
+
+    def _build_schema(
+        self,
+        doc: Mapping[str, Any],
+        db: str | None,
+        table: str,
+        data: list[dict[str, Any]] | None,
+        old: list[dict[str, Any]] | None,
+        raw: bytes,
+    ) -> tuple[TableSchema, bool]:
+        """The table schema of a message, and whether its shape determines it (false when a declared
+        type is unknown and its column is inferred from the values)."""
         mysql_types = self._type_map(doc, "mysqlType", str, raw)
         sql_types = self._type_map(doc, "sqlType", int, raw)
         pk = doc.get("pkNames")
@@ -501,6 +573,7 @@ class CanalJsonDecoder(Decoder):
             names.update(dict.fromkeys(row))
         mode = self._opts.bigint_unsigned_handling_mode
         columns = []
+        by_shape = True
         for name in names:
             try:
                 col = column_for_type(name, mysql_types.get(name), sql_types.get(name), mode)
@@ -509,13 +582,27 @@ class CanalJsonDecoder(Decoder):
             if col is None:
                 sample = next((row[name] for row in rows if row.get(name) is not None), None)
                 col = infer_column(name, sample)
+                by_shape = by_shape and name not in mysql_types and name not in sql_types
             columns.append(col)
-        return self._tables.intern(TableSchema(db, None, table, tuple(columns), tuple(pk)))
+        return self._tables.intern(TableSchema(db, None, table, tuple(columns), tuple(pk))), by_shape
 
     def _image(
         self, schema: TableSchema, row: dict[str, Any] | None, where: str, raw: bytes
     ) -> dict[str, Any] | None:
-        return None if row is None else self.typed_row(schema.columns, row, where, raw, self._value)
+        return None if row is None else self._plans.plan(schema).typed(row, where, raw, self._value)
+
+    @staticmethod
+    def _fast_converter(col: Column) -> FastConverter | None:
+        """What :meth:`_value` does for a cell, where that is a plain conversion (see rowplan)."""
+        logical = col.logical
+        if logical in (Logical.ZONED_TIMESTAMP, Logical.ENUM, Logical.ENUM_SET, Logical.GEOMETRY, Logical.BITS):
+            return None
+        if col.type is ConnectType.INT64 and col.source_type and "unsigned" in col.source_type.lower():
+            # below 2^63 an unsigned value is itself; above, _value wraps it
+            return int_converter(-(1 << 63), 1 << 63)
+        # zero dates ('0000-00-00 ...', null in _value) fail the fast date parsers: year 0 is invalid.
+        # BOOLEAN's fast converter takes only JSON booleans, so '\x00'/'\x01' reach _value.
+        return fast_converter(col)
 
     def _value(self, col: Column, value: Any, field: str, raw: bytes | str | None) -> Any:
         if value is None:

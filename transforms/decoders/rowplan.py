@@ -1,0 +1,204 @@
+"""Row plans: a table's per-column value converters, chosen once per table instead of per cell.
+
+Typing a row cell by cell through :func:`~transforms.decoders.base.coerce_checked` dispatches on
+the column's type for every value, and a decoder's own converter adds its special cases on top.
+For the common cells (a string in a string column, an integer literal in an integer column, a
+decimal literal in a decimal column) all of that dispatch ends in one builtin call. A
+:class:`RowPlan` picks, per column, a *fast converter* that makes that call directly.
+
+The contract of a fast converter is strict: **when it returns, it returns exactly what the full
+conversion would** (same value, same type); for anything else it raises, and the plan then runs
+the decoder's full converter on that cell, which returns the value or raises the DecodeError
+naming the field. So a plan changes speed, never results or errors. ``tests/formats/
+test_rowplan.py`` checks the contract against ``coerce_checked`` on generated values.
+
+>>> from transforms.connect import Column, ConnectType
+>>> to_int = fast_converter(Column("n", ConnectType.INT16))
+>>> to_int("12")
+12
+>>> to_int("70000")  # out of range: the full conversion reports it
+Traceback (most recent call last):
+...
+transforms.decoders.rowplan.NotFast
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from decimal import Decimal
+from typing import Any
+
+from transforms.connect import Column, ConnectType, Logical, TableSchema
+from transforms.decoders.base import MAX_DECIMAL_DIGITS, MAX_DECIMAL_EXPONENT
+from transforms.values import UNAVAILABLE, parse_datetime
+
+__all__ = ["FastConverter", "NotFast", "RowPlan", "RowPlans", "fast_converter", "int_converter"]
+
+FastConverter = Callable[[Any], Any]
+"""``raw value -> typed value``, or raises (any exception) to hand the cell to the full converter."""
+
+SlowConverter = Callable[[Column, Any, str, "bytes | str | None"], Any]
+
+# what check_value allows per integer type; int64 also takes BIGINT UNSIGNED values up to 2^64-1
+_INT_RANGES = {
+    ConnectType.INT8: (-(1 << 7), 1 << 7),
+    ConnectType.INT16: (-(1 << 15), 1 << 15),
+    ConnectType.INT32: (-(1 << 31), 1 << 31),
+    ConnectType.INT64: (-(1 << 63), 1 << 64),
+}
+
+
+class NotFast(Exception):
+    """Raised by a fast converter for a value it does not take (the full converter will)."""
+
+
+def int_converter(low: int, high: int) -> FastConverter:
+    """Integers and integer literals of up to 20 characters in ``low <= n < high``."""
+
+    def convert(raw: Any) -> int:
+        kind = type(raw)
+        if kind is int:
+            value: int = raw
+        elif kind is str and len(raw) <= 20:
+            value = int(raw)  # like values._to_int: surrounding spaces and '_' separators are fine
+        else:
+            raise NotFast
+        if low <= value < high:
+            return value
+        raise NotFast
+
+    return convert
+
+
+def _string(raw: Any) -> str:
+    if type(raw) is str:
+        return raw
+    raise NotFast
+
+
+def _float(raw: Any) -> float:
+    kind = type(raw)
+    if kind is float:
+        return raw
+    if kind is str or kind is int:
+        return float(raw)  # float() ignores surrounding whitespace, as values._to_float's strip()
+    raise NotFast
+
+
+def _boolean(raw: Any) -> bool:
+    if type(raw) is bool:
+        return raw
+    raise NotFast
+
+
+def _decimal(raw: Any) -> Decimal:
+    kind = type(raw)
+    if kind is str:
+        if len(raw) > MAX_DECIMAL_DIGITS:  # shorter text has at most that many digits
+            raise NotFast
+        value = Decimal(raw)  # Decimal() ignores surrounding whitespace, as values._to_decimal's strip()
+    elif kind is int:
+        value = Decimal(raw)
+        if len(value.as_tuple().digits) > MAX_DECIMAL_DIGITS:
+            raise NotFast
+    else:
+        raise NotFast
+    if value.is_finite() and -MAX_DECIMAL_EXPONENT <= value.adjusted() <= MAX_DECIMAL_EXPONENT:
+        return value
+    raise NotFast
+
+
+def _timestamp(raw: Any) -> Any:
+    if type(raw) is str:
+        return parse_datetime(raw)  # what values._to_timestamp does with a string (no zone added)
+    raise NotFast
+
+
+def _date(raw: Any) -> Any:
+    if type(raw) is str:
+        return parse_datetime(raw).date()
+    raise NotFast
+
+
+def fast_converter(col: Column) -> FastConverter | None:
+    """The fast converter equal to ``coerce_checked(col, ·)`` where it returns; None if there is none.
+
+    Covers the plain Connect types and decimals, dates and naive timestamps given as text.
+    """
+    logical = col.logical
+    if logical is None:
+        ctype = col.type
+        bounds = _INT_RANGES.get(ctype)
+        if bounds is not None:
+            return int_converter(*bounds)
+        if ctype is ConnectType.STRING:
+            return _string
+        if ctype is ConnectType.FLOAT64 or ctype is ConnectType.FLOAT32:
+            return _float
+        if ctype is ConnectType.BOOLEAN:
+            return _boolean
+        return None
+    if col.is_decimal:
+        return _decimal
+    if logical in (Logical.TIMESTAMP, Logical.CONNECT_TIMESTAMP, Logical.MICRO_TIMESTAMP, Logical.NANO_TIMESTAMP):
+        return _timestamp
+    if logical in (Logical.DATE, Logical.CONNECT_DATE):
+        return _date
+    return None
+
+
+class RowPlan:
+    """The converters of one table's columns; :meth:`typed` types a row image with them.
+
+    ``slow`` is the decoder's full per-cell converter (``(column, raw, field path, payload)``).
+    It must map ``None`` to ``None``: a plan passes SQL NULLs through without calling it.
+    """
+
+    __slots__ = ("_steps",)
+
+    def __init__(self, columns: tuple[Column, ...], fast_for: Callable[[Column], FastConverter | None]) -> None:
+        self._steps = tuple((col.name, col, fast_for(col)) for col in columns)
+
+    def typed(self, row: Mapping[str, Any], where: str, payload: bytes | str | None, slow: SlowConverter) -> dict[str, Any]:
+        """The row typed column by column; a column the row lacks is ``UNAVAILABLE``.
+
+        ``where`` is the field path of the row (``data[0]``); a cell's path, ``<where>.<column>``,
+        is only built when the full converter runs.
+        """
+        out: dict[str, Any] = {}
+        for name, col, fast in self._steps:
+            if name not in row:
+                out[name] = UNAVAILABLE
+                continue
+            raw = row[name]
+            if raw is None:
+                out[name] = None
+                continue
+            if fast is not None:
+                try:
+                    out[name] = fast(raw)
+                    continue
+                except Exception:
+                    pass
+            out[name] = slow(col, raw, f"{where}.{name}", payload)
+        return out
+
+
+class RowPlans:
+    """One decoder's row plans, by table structure (tables are interned, so by identity first)."""
+
+    def __init__(self, fast_for: Callable[[Column], FastConverter | None] = fast_converter, max_tables: int = 4096) -> None:
+        self._fast_for = fast_for
+        self._max_tables = max_tables
+        # id(table) -> (table, plan): the entry holds the table, so its id is not reused meanwhile
+        self._plans: dict[int, tuple[TableSchema, RowPlan]] = {}
+
+    def plan(self, table: TableSchema) -> RowPlan:
+        hit = self._plans.get(id(table))
+        if hit is not None and hit[0] is table:
+            return hit[1]
+        if len(self._plans) >= self._max_tables:
+            self._plans.clear()
+        plan = RowPlan(table.columns, self._fast_for)
+        self._plans[id(table)] = (table, plan)
+        return plan
