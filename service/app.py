@@ -9,9 +9,11 @@ partitions) to one :class:`BatchProcessor`:
 
 1. each record is normalized by :class:`Normalizer` (decode → key overrides → partial-image
    completion → chain → emit), in partition order;
-2. a shipper task hands the output records of the batch to the producer as one closed record
-   batch per output topic-partition (:class:`service.output.BatchedOutput`), batch after
-   batch, while the next batch is being processed;
+2. a shipper task hands the output records of the batch to the producer, batch after batch,
+   while the next batch is being processed: by default to librdkafka
+   (:class:`service.rdkafka.RdKafkaOutput`, which partitions, batches and sends in C on its own
+   threads), or with ``worker.output_client: aiokafka`` as one closed record batch per output
+   topic-partition to Faust's aiokafka producer (:class:`service.output.BatchedOutput`);
 3. an acker task waits for those batches' acknowledgements **in order** and only then marks
    the batch's source offsets committable; Faust's commit timer (``worker.commit_interval_s``),
    a rebalance and the shutdown commit exactly those. So an offset is committed only after all
@@ -43,10 +45,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from service.config import ErrorPolicy, PipelineConfig, TopicEntry, build_chain_checked
+from service.config import ErrorPolicy, OutputClient, PipelineConfig, TopicEntry, build_chain_checked
 from service.dlq import dead_letter
 from service.metrics import WorkerMetrics
-from service.output import BatchedOutput, OutputProducer, Record
+from service.output import BatchedOutput, Output, OutputProducer, Record
 from transforms.decoders import Decoder, Message, create_decoder
 from transforms.envelope import EmitOptions, Event, OutRecord, TransactionEvent
 from transforms.errors import ConfigError, StateStoreError
@@ -84,6 +86,8 @@ than ``max_inflight`` source messages wait for acknowledgements, so one batch is
 the one before it is on its way to the broker."""
 BATCH_BYTES = 512 * 1024
 """Upper size of one produced record batch (one per output topic-partition and source batch)."""
+MAX_MESSAGE_BYTES = 4 * BATCH_BYTES
+"""Largest produce request (aiokafka) and record (librdkafka's ``message.max.bytes``)."""
 
 
 def quiet_library_loggers(level: int = logging.INFO) -> None:
@@ -368,7 +372,7 @@ class BatchProcessor:
         self,
         normalizer: Normalizer,
         state: WorkerState,
-        producer: OutputProducer,
+        output: Output,
         *,
         max_inflight: int,
         on_fatal: Callable[[BaseException], None],
@@ -376,7 +380,7 @@ class BatchProcessor:
     ) -> None:
         self.normalizer = normalizer
         self.state = state
-        self.output = BatchedOutput(producer)
+        self.output = output
         self.max_inflight = max_inflight
         self._on_fatal = on_fatal
         self._highwater = highwater
@@ -576,13 +580,14 @@ class BatchProcessor:
         return self._inflight
 
     async def stop(self) -> None:
-        """Cancel the shipper and the acker (after :meth:`drain`, at shutdown)."""
+        """Cancel the shipper and the acker and close the output (after :meth:`drain`, at shutdown)."""
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await self.output.close()
 
 
 def _log_fatal_message(message: Message, exc: FatalMessageError) -> None:
@@ -697,7 +702,7 @@ def _faust_settings(config: PipelineConfig, data_dir: Path) -> dict[str, Any]:
         "producer_acks": -1,
         "producer_linger": 0.005,
         "producer_max_batch_size": BATCH_BYTES,
-        "producer_max_request_size": 4 * BATCH_BYTES,
+        "producer_max_request_size": MAX_MESSAGE_BYTES,
         "topic_partitions": 4,
         "topic_allow_declare": True,
         "topic_disable_leader": True,
@@ -782,10 +787,19 @@ def create_app(
         high: int | None = app.consumer.highwater(tp)
         return high
 
+    output: Output
+    if producer is not None:
+        output = BatchedOutput(producer)
+    elif config.worker.output_client is OutputClient.AIOKAFKA:
+        output = BatchedOutput(_AppProducer())
+    else:
+        from service.rdkafka import RdKafkaOutput, producer_config
+
+        output = RdKafkaOutput(producer_config(config.broker.librdkafka(), MAX_MESSAGE_BYTES))
     processor = BatchProcessor(
         normalizer,
         state,
-        producer if producer is not None else _AppProducer(),
+        output,
         max_inflight=config.worker.max_inflight,
         on_fatal=fatal,
         highwater=highwater if producer is None else None,

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BrokerConfig",
     "ErrorPolicy",
+    "OutputClient",
     "PipelineConfig",
     "RedisConfig",
     "RowStateConfig",
@@ -559,6 +560,13 @@ class WebConfig(_Section):
     port: int = Field(6066, ge=0, le=65535)
 
 
+class OutputClient(StrEnum):
+    """The Kafka client that produces the worker's output (Faust's aiokafka consumer reads)."""
+
+    LIBRDKAFKA = "librdkafka"
+    AIOKAFKA = "aiokafka"
+
+
 class WorkerConfig(_Section):
     """Faust worker settings."""
 
@@ -567,6 +575,10 @@ class WorkerConfig(_Section):
         2000, gt=0, description="Messages whose output is sent but not yet acknowledged by the broker."
     )
     commit_interval_s: float = Field(1.0, gt=0)
+    output_client: OutputClient = Field(
+        OutputClient.LIBRDKAFKA,
+        description="Producer of the output: librdkafka (confluent-kafka, C, the default) or aiokafka (Faust's).",
+    )
     retry_initial_s: float = Field(0.5, gt=0)
     retry_max_s: float = Field(30.0, gt=0)
     log_level: str = "INFO"

@@ -16,7 +16,16 @@ from array import array
 from collections.abc import Awaitable, Sequence
 from typing import Any, Protocol
 
-__all__ = ["BatchedOutput", "OutputProducer", "Record", "RecordBatchBuilder", "key_partition", "murmur2", "murmur2_many"]
+__all__ = [
+    "BatchedOutput",
+    "Output",
+    "OutputProducer",
+    "Record",
+    "RecordBatchBuilder",
+    "key_partition",
+    "murmur2",
+    "murmur2_many",
+]
 
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
@@ -162,6 +171,25 @@ class OutputProducer(Protocol):
 Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
 
 
+class Output(Protocol):
+    """Where the worker's records go: :class:`BatchedOutput` (aiokafka) or
+    :class:`service.rdkafka.RdKafkaOutput` (librdkafka, the default)."""
+
+    pending: int
+
+    def append(self, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]] = ()) -> None:
+        """Queue one record (no I/O)."""
+
+    def take(self) -> dict[str, list[Record]]:
+        """The records queued since the last call, per topic."""
+
+    async def send(self, queued: dict[str, list[Record]] | None = None) -> list[Awaitable[Any]]:
+        """Produce ``queued``; futures that complete when the broker acknowledged all of it."""
+
+    async def close(self) -> None:
+        """Deliver what was sent and release the client (at shutdown, after the last send)."""
+
+
 class BatchedOutput:
     """Collects the output records of a source batch per topic and sends them as batches.
 
@@ -221,6 +249,9 @@ class BatchedOutput:
             for p, part in by_partition.items():
                 futures.extend(await self._send_partition(topic, p, part))
         return futures
+
+    async def close(self) -> None:
+        """Nothing to release: the producer is the app's (Faust stops it)."""
 
     async def _send_partition(self, topic: str, partition: int, records: list[Record]) -> list[Awaitable[Any]]:
         futures = []
