@@ -37,6 +37,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 from typing import Any
@@ -331,6 +332,7 @@ def _mysql_column(name: str, text: str, unsigned_mode: BigintUnsignedHandlingMod
 
 
 _INT_OR_NULL = frozenset({int, type(None)})
+_SHAPES_PER_TABLE = 8  # a table's shapes: its columns before/after DDL, partial captures ...
 
 
 def _json_kind(rows: list[dict[str, Any]], name: str) -> Any:
@@ -340,6 +342,26 @@ def _json_kind(rows: list[dict[str, Any]], name: str) -> Any:
     if type(sample) is list:
         return list, bool(sample) and all(isinstance(v, str) for v in sample)
     return type(sample)
+
+
+def _untyped(rows: list[dict[str, Any]], typed: frozenset[str]) -> tuple[tuple[str, Any], ...]:
+    """The row columns without a declared type, in order, each with its :func:`_json_kind`."""
+    if all(row.keys() <= typed for row in rows):
+        return ()
+    names = dict.fromkeys(name for row in rows for name in row if name not in typed)
+    return tuple((name, _json_kind(rows, name)) for name in names)
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What a cached canal schema was built from (see ``CanalJsonDecoder._schema``)."""
+
+    mysql: tuple[tuple[str, Any], ...]
+    sql: tuple[tuple[str, Any], ...]
+    pk: list[Any]
+    typed: frozenset[str]
+    untyped: tuple[tuple[str, Any], ...]
+    schema: TableSchema
 
 
 def _is_zero_date(raw: Any) -> bool:
@@ -361,10 +383,8 @@ class CanalJsonDecoder(Decoder):
         opts = self._opts = self.options_as(CanalJsonOptions)
         self._zone = ZoneInfo(opts.timestamp_zone)
         self._tables = TableCache()
-        # message shape (names, types, key) -> its table schema, see _shape
-        self._shapes: LruCache[tuple[Any, ...], TableSchema] = LruCache(
-            4096, 200_000, lambda key, _: len(key[2]) + len(key[3]) + len(key[5]) + 1
-        )
+        # (db, table) -> the schemas last built for it, each with the message shape it was built from
+        self._shapes: LruCache[tuple[str | None, str], list[_Shape]] = LruCache(4096)
         self._plans = RowPlans(self._fast_converter)
 
     # -- fields ----------------------------------------------------------------------------
@@ -505,48 +525,41 @@ class CanalJsonDecoder(Decoder):
         old: list[dict[str, Any]] | None,
         raw: bytes,
     ) -> TableSchema:
-        """The table schema of a message, cached by the message's shape (see :meth:`_shape`)."""
-        shape = self._shape(doc, db, table, data, old)
-        if shape is not None:
-            hit = self._shapes.get(shape)
-            if hit is not None:
-                return hit
-        schema, by_shape = self._build_schema(doc, db, table, data, old, raw)
-        if shape is not None and by_shape:
-            self._shapes.put(shape, schema)
-        return schema
+        """The table schema of a message, cached per table with the shapes it was built from.
 
-    @staticmethod
-    def _shape(
-        doc: Mapping[str, Any],
-        db: str | None,
-        table: str,
-        data: list[dict[str, Any]] | None,
-        old: list[dict[str, Any]] | None,
-    ) -> tuple[Any, ...] | None:
-        """What a message's schema depends on: names, types and key, and for the columns without a
-        declared type the JSON type of their first non-null value. None for a message the full
-        path must look at (e.g. a malformed type map, which it reports)."""
+        A message has the cached schema when its type maps (in order) and key are equal to the
+        cached ones (compared, not hashed), its sqlType codes are ints (``True == 1`` must not
+        match), and its rows have the cached columns: every row's names among the typed ones,
+        or, for columns without a declared type, the same JSON types of their first values.
+        """
         mysql = doc.get("mysqlType") or {}
         sql = doc.get("sqlType") or {}
-        pk = doc.get("pkNames") or ()
-        if type(mysql) is not dict or type(sql) is not dict or not (type(pk) is list or pk == ()):
-            return None
-        # sqlType codes must be ints: True == 1 == 1.0 would otherwise share a shape with them
-        if sql and not set(map(type, sql.values())) <= _INT_OR_NULL:
-            return None
-        rows = [*(data or ()), *(old or ())]
-        typed = mysql.keys() | sql.keys() if sql else mysql.keys()
-        untyped: tuple[tuple[str, Any], ...] = ()
-        if not all(row.keys() <= typed for row in rows):
-            names = dict.fromkeys(name for row in rows for name in row if name not in typed)
-            untyped = tuple((name, _json_kind(rows, name)) for name in names)
-        shape = (db, table, tuple(mysql.items()), tuple(sql.items()), tuple(pk), untyped)
-        try:
-            hash(shape)
-        except TypeError:  # a list or object where a type name belongs
-            return None
-        return shape
+        pk = doc.get("pkNames") or []
+        if type(mysql) is dict and type(sql) is dict and (not sql or set(map(type, sql.values())) <= _INT_OR_NULL):
+            rows = [*(data or ()), *(old or ())]
+            # items as tuples: the column order is part of the shape (dict equality ignores it)
+            mysql_items = tuple(mysql.items())
+            sql_items = tuple(sql.items())
+            shapes = self._shapes.get((db, table))
+            if shapes is None:
+                shapes = []
+                self._shapes.put((db, table), shapes)
+            for shape in shapes:
+                if (
+                    shape.mysql == mysql_items
+                    and shape.sql == sql_items
+                    and shape.pk == pk
+                    and shape.untyped == _untyped(rows, shape.typed)
+                ):
+                    return shape.schema
+            schema, by_shape = self._build_schema(doc, db, table, data, old, raw)
+            if by_shape:
+                typed = frozenset(mysql) | frozenset(sql)
+                if len(shapes) >= _SHAPES_PER_TABLE:
+                    del shapes[0]  # the oldest
+                shapes.append(_Shape(mysql_items, sql_items, pk, typed, _untyped(rows, typed), schema))
+            return schema
+        return self._build_schema(doc, db, table, data, old, raw)[0]
 
     def _build_schema(
         self,
