@@ -25,7 +25,7 @@ from transforms.decoders.connect_json import (
     FieldError,
     JsonLimits,
     TableName,
-    parse_json_key,
+    TopicTables,
     read_connect_message,
 )
 from transforms.envelope import Event
@@ -35,6 +35,12 @@ from transforms.options import FormatOptions
 __all__ = ["ArcionKafkaDecoder"]
 
 FORMAT_ID = "arcion-kafka"
+
+
+def _topic_table(topic: str) -> TableName:
+    """The table of a change whose source block names none: the topic's last two parts."""
+    parts = [p for p in topic.split(".") if p]
+    return TableName(parts[-2] if len(parts) > 1 else None, None, parts[-1] if parts else None)
 
 
 class ArcionKafkaDecoder(Decoder):
@@ -47,6 +53,7 @@ class ArcionKafkaDecoder(Decoder):
         super().__init__(options, metadata)
         self._limits = JsonLimits(self.options.max_message_bytes, self.options.max_json_depth)
         self._reader = ConnectEnvelopeReader(FORMAT_ID, limits=self._limits)
+        self._fallback = TopicTables(_topic_table)
 
     def decode(self, message: Message) -> list[Event]:
         return read_connect_message(self, message, lambda schema, payload: self._decode(schema, payload, message))
@@ -54,8 +61,7 @@ class ArcionKafkaDecoder(Decoder):
     def _decode(self, schema: Any, payload: dict[str, Any], message: Message) -> list[Event]:
         if "op" not in payload:
             raise FieldError("op", "expected an Arcion change record with 'op'")
-        parts = [p for p in message.topic.split(".") if p]
-        fallback = TableName(parts[-2] if len(parts) > 1 else None, None, parts[-1] if parts else None)
-        key = parse_json_key(message.key, limits=self._limits)
-        event = self._reader.read(payload, schema, key=key, fallback=fallback)
+        key = self._reader.key(message.key)
+        event = self._reader.read(payload, schema, key=key, fallback=self._fallback(message.topic))
         return [] if event is None else [event]
+

@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
@@ -44,6 +44,7 @@ from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import check_decimal_params, check_value, coerce_checked, type_name
 from transforms.decoders.cache import LruCache, TableCache
 from transforms.decoders.fields import INT64_MAX, INT64_MIN, parse_int
+from transforms.decoders.rowplan import FastConverter, NotFast, RowPlan, fast_converter
 from transforms.envelope import ChangeEvent, Event, Operation, SnapshotMarker, SourceInfo, TransactionRef
 from transforms.jsonio import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, JsonLimitError, loads_limited
 from transforms.values import UNAVAILABLE, CoercionError, decimal_from_unscaled, infer_column
@@ -56,7 +57,9 @@ __all__ = [
     "EnvelopeKey",
     "FieldError",
     "JsonLimits",
+    "RowLayout",
     "TableName",
+    "TopicTables",
     "column_from_schema",
     "columns_from_struct",
     "decode_row",
@@ -322,16 +325,106 @@ def decode_row(columns: tuple[Column, ...], row: Mapping[str, Any], where: str) 
         if col.name not in row:
             out[col.name] = UNAVAILABLE
             continue
-        raw = row[col.name]
-        try:
-            out[col.name] = decode_value(col, raw)
-        except CoercionError as exc:
-            raise FieldError(f"{where}.{col.name}", f"{exc} (column type {_type_label(col)})") from exc
+        out[col.name] = _decode_cell(col, row[col.name], f"{where}.{col.name}")
     return out
+
+
+def _decode_cell(col: Column, raw: Any, field: str, _payload: bytes | str | None = None) -> Any:
+    """:func:`decode_value`, a failure being a FieldError naming ``field`` (a row plan's full converter)."""
+    try:
+        return decode_value(col, raw)
+    except CoercionError as exc:
+        raise FieldError(field, f"{exc} (column type {_type_label(col)})") from exc
 
 
 def _type_label(col: Column) -> str:
     return f"{col.type.value}/{col.logical}" if col.logical else col.type.value
+
+
+# ---------------------------------------------------------------------------- row layouts
+
+_OWN_PATHS = frozenset({ConnectType.STRUCT, ConnectType.ARRAY, ConnectType.BYTES})
+"""Types that :func:`decode_value` does not hand to ``coerce_checked`` (structs, arrays, base64)."""
+
+
+def _decimal_decoder(col: Column) -> FastConverter | None:
+    """:func:`decode_value` of a Connect Decimal column for base64 text (what JsonConverter writes)."""
+    try:
+        scale = col.scale or 0
+    except ValueError:
+        return None  # decode_value reports it
+
+    def convert(raw: Any) -> Decimal:
+        # _decimal tries base64 first and keeps its result when it decodes; anything else (plain
+        # decimal text, numbers, a failure) is left to decode_value
+        if type(raw) is str:
+            return check_value(col, _unscaled(_b64(raw), scale))
+        raise NotFast
+
+    return convert
+
+
+def _not_fast(_raw: Any) -> Any:
+    """The fast converter of a column that has none: every value goes to the full conversion."""
+    raise NotFast
+
+
+def _fast_decoder(col: Column) -> FastConverter | None:
+    """A fast converter equal to ``decode_value(col, ·)`` where it returns (see rowplan)."""
+    if col.logical == Logical.DECIMAL:
+        return _decimal_decoder(col)
+    if col.is_decimal or col.type in _OWN_PATHS:
+        return None
+    return fast_converter(col)  # what decode_value does here is coerce_checked, which it equals
+
+
+class RowLayout:
+    """Row columns and what is derived from them once: their names and a row plan.
+
+    A :class:`ConnectEnvelopeReader` caches layouts with what they are derived from (a Connect
+    schema, the shape of schemaless images), and the tables of a layout by the layout's identity,
+    so a message of a known table neither rebuilds nor hashes its columns.
+    """
+
+    __slots__ = ("_plan", "columns", "names")
+
+    def __init__(self, columns: tuple[Column, ...]) -> None:
+        self.columns = columns
+        self.names = frozenset(c.name for c in columns)
+        self._plan = RowPlan(columns, _fast_decoder)
+
+    def decode(self, row: Mapping[str, Any], where: str) -> dict[str, Any]:
+        """``decode_row(self.columns, row, where)``."""
+        names = self.names
+        if not names.issuperset(row):
+            for name in row:
+                if name not in names:
+                    raise FieldError(f"{where}.{name}", "field is not declared in the schema")
+        return self._plan.typed(row, where, None, _decode_cell)
+
+
+_SIMPLE_KINDS = frozenset({str, int, float, bool, type(None), dict})
+"""Value types that alone decide the column :func:`infer_columns` infers (and its float flag)."""
+
+
+def _value_kind(value: Any) -> Any:
+    """What :func:`~transforms.values.infer_column` infers from: the type, and for an array
+    whether it holds only strings, for a datetime whether it has a zone."""
+    if isinstance(value, list):
+        return type(value), bool(value) and all(isinstance(v, str) for v in value)
+    if isinstance(value, dt.datetime):
+        return type(value), value.tzinfo is not None
+    return type(value)
+
+
+def _image_shape(image: Mapping[str, Any] | None) -> tuple[Any, ...]:
+    """An image's field names and value kinds: all that :func:`infer_columns` reads of it."""
+    if not image:
+        return ()
+    kinds = tuple(map(type, image.values()))
+    if not _SIMPLE_KINDS.issuperset(kinds):
+        kinds = tuple(map(_value_kind, image.values()))
+    return tuple(image), kinds
 
 
 # ---------------------------------------------------------------------------- MongoDB
@@ -429,9 +522,28 @@ _FILE_SUFFIX = re.compile(r"^(.*?)([0-9]{1,18})$")
 
 def _int(value: Any) -> int | None:
     """An int64, or a string of ASCII digits holding one (position fields); ``None`` otherwise."""
-    if isinstance(value, str) and not value.isdigit():
+    if type(value) is int:  # the common case, as parse_int takes it
+        return value if INT64_MIN <= value <= INT64_MAX else None
+    if value is None or (isinstance(value, str) and not value.isdigit()):
         return None
     return parse_int(value)
+
+
+_FILE_NAMES: dict[str, str] = {}
+"""Binlog file name -> its sortable form (see :func:`_sortable_file`); cleared when full."""
+_MAX_FILE_NAMES = 1024
+
+
+def _sortable_file(file: str) -> str:
+    """A binlog file name with its numeric suffix zero-padded, so that names sort in order."""
+    name = _FILE_NAMES.get(file)
+    if name is None:
+        m = _FILE_SUFFIX.match(file)
+        name = f"{m.group(1)}{int(m.group(2)):010d}" if m else file
+        if len(_FILE_NAMES) >= _MAX_FILE_NAMES:
+            _FILE_NAMES.clear()
+        _FILE_NAMES[file] = name
+    return name
 
 
 def position_sequence(fields: Mapping[str, Any], ts_ms: int | None = None) -> str | None:
@@ -446,12 +558,15 @@ def position_sequence(fields: Mapping[str, Any], ts_ms: int | None = None) -> st
     >>> position_sequence({"lsn": 34078720})
     '00000000000034078720'
     """
+    return _position(fields, ts_ms, fields.get("sequence"))
+
+
+def _position(fields: Mapping[str, Any], ts_ms: int | None, sequence: Any) -> str | None:
+    """:func:`position_sequence` of ``fields`` with ``sequence`` as their ``sequence`` field."""
     file, pos = fields.get("file"), _int(fields.get("pos"))
     if isinstance(file, str) and file and pos is not None:
-        m = _FILE_SUFFIX.match(file)
-        name = f"{m.group(1)}{int(m.group(2)):010d}" if m else file
         row = _int(fields.get("row")) or 0
-        return f"{name}:{pos:020d}:{row:05d}"
+        return f"{_sortable_file(file)}:{pos:020d}:{row:05d}"
     lsn = _int(fields.get("lsn"))
     if lsn is not None:
         return f"{lsn:020d}"
@@ -465,7 +580,6 @@ def position_sequence(fields: Mapping[str, Any], ts_ms: int | None = None) -> st
     order = _int(fields.get("ord"))
     if order is not None and ts_ms is not None:
         return f"{ts_ms // 1000:012d}:{order:010d}"
-    sequence = fields.get("sequence")
     if isinstance(sequence, str) and sequence:
         return sequence
     return None
@@ -488,13 +602,19 @@ def snapshot_marker(value: Any) -> SnapshotMarker:
         return SnapshotMarker.FALSE
     if value is True:
         return SnapshotMarker.TRUE
-    if isinstance(value, str) and value.lower() in _SNAPSHOT:
-        return _SNAPSHOT[value.lower()]
+    if isinstance(value, str):
+        marker = _SNAPSHOT.get(value)
+        if marker is None:
+            marker = _SNAPSHOT.get(value.lower())
+        if marker is not None:
+            return marker
     raise FieldError("source.snapshot", f"expected true, last or false, found {value!r}")
 
 
 _RENAMED = {"version": "source_version", "connector": "source_connector", "name": "source_name"}
 _NAME_FIELDS = frozenset({"db", "schema", "table", "collection", "ts_ms", "snapshot", "sequence"})
+_SOURCE_NAMES: dict[str, str | None] = {**dict.fromkeys(_NAME_FIELDS), **_RENAMED}
+"""A source field's name in ``SourceInfo.fields``, None for those it leaves out (others keep theirs)."""
 
 
 # ---------------------------------------------------------------------------- envelopes
@@ -509,6 +629,26 @@ class TableName:
     table: str | None
 
 
+class TopicTables:
+    """A decoder's fallback table per topic (:class:`TableName`), worked out once per topic.
+
+    Bounded: after ``max_topics`` topics it starts over.
+    """
+
+    def __init__(self, table_of: Callable[[str], TableName], max_topics: int = 1024) -> None:
+        self._table_of = table_of
+        self._max_topics = max_topics
+        self._tables: dict[str, TableName] = {}
+
+    def __call__(self, topic: str) -> TableName:
+        table = self._tables.get(topic)
+        if table is None:
+            if len(self._tables) >= self._max_topics:
+                self._tables.clear()
+            table = self._tables[topic] = self._table_of(topic)
+        return table
+
+
 @dataclass(frozen=True, slots=True)
 class EnvelopeKey:
     """The key of a change: column names, their Connect columns, and the values when known."""
@@ -518,16 +658,35 @@ class EnvelopeKey:
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self.columns)
+        return tuple([c.name for c in self.columns])
+
+
+KeyColumns = Mapping[str, tuple[Column, Column, FastConverter]]
+"""The columns a key schema declares, by name: each as declared, as a (non-optional) key column,
+and a fast converter of its values (see :func:`_fast_decoder`)."""
+
+
+def key_columns(schema: Any) -> KeyColumns:
+    """The columns declared by the Connect schema of a Kafka key (none unless it is a struct)."""
+    if not isinstance(schema, dict) or schema.get("type") != "struct":
+        return {}
+    return {
+        c.name: (c, c.as_optional(False), _fast_decoder(c) or _not_fast)
+        for c in columns_from_struct(schema, "key.schema")
+    }
 
 
 def parse_json_key(
-    raw: bytes | None, mongodb_hint: bool = False, limits: JsonLimits = JsonLimits()
+    raw: bytes | None,
+    mongodb_hint: bool = False,
+    limits: JsonLimits = JsonLimits(),
+    declared_columns: Callable[[Any], KeyColumns] = key_columns,
 ) -> EnvelopeKey | None:
     """The Kafka key of a Debezium-style record: ``{"schema", "payload"}`` or a bare object.
 
     ``None`` for no key, a ``null`` key, or a key that is not an object of columns.
-    A MongoDB key ``{"id": "<extended JSON>"}`` names the ``_id`` column.
+    A MongoDB key ``{"id": "<extended JSON>"}`` names the ``_id`` column. ``declared_columns``
+    reads the key's schema (:func:`key_columns`, or a cached equivalent).
     """
     if raw is None or not raw.strip():
         return None
@@ -540,11 +699,7 @@ def parse_json_key(
         schema, doc = doc.get("schema"), doc.get("payload")
     if not isinstance(doc, dict) or not doc:
         return None
-    declared = (
-        {c.name: c for c in columns_from_struct(schema, "key.schema")}
-        if isinstance(schema, dict) and schema.get("type") == "struct"
-        else {}
-    )
+    declared = declared_columns(schema)
     if mongodb_hint and set(doc) == {"id"} and isinstance(doc["id"], str):
         try:
             value = from_extended_json(limits.loads(doc["id"], "key.id"))
@@ -558,13 +713,22 @@ def parse_json_key(
         return EnvelopeKey((col.as_optional(False),), {"_id": value})
     values: dict[str, Any] = {}
     columns = []
+    fast: FastConverter
     for name, raw_value in doc.items():
-        col = declared.get(name) or infer_column(name, raw_value)
+        known = declared.get(name)
+        if known is None:
+            col = infer_column(name, raw_value)
+            key_col, fast = col.as_optional(False), _not_fast
+        else:
+            col, key_col, fast = known
         try:
-            values[name] = decode_value(col, raw_value)
-        except CoercionError as exc:
-            raise FieldError(f"key.{name}", str(exc)) from exc
-        columns.append(col.as_optional(False))
+            values[name] = fast(raw_value)
+        except Exception:  # the full conversion decides
+            try:
+                values[name] = decode_value(col, raw_value)
+            except CoercionError as exc:
+                raise FieldError(f"key.{name}", str(exc)) from exc
+        columns.append(key_col)
     return EnvelopeKey(tuple(columns), values)
 
 
@@ -579,13 +743,14 @@ def read_connect_message(
     a :class:`FieldError` becomes the decoder's DecodeError with the payload preview.
     """
     value = message.value
-    if value is None or value.strip() in (b"", b"null"):
+    # (a value that starts with an object cannot strip to nothing or null: no copy of it then)
+    if value is None or (value[:1] != b"{" and value.strip() in (b"", b"null")):
         return []
     doc = decoder.load_json(message)
     try:
         schema: Any = None
         payload: Any = doc
-        if "payload" in doc and set(doc) <= {"schema", "payload"}:
+        if "payload" in doc and doc.keys() <= _WRAPPER_KEYS:
             schema, payload = doc.get("schema"), doc["payload"]
             if payload is None:
                 return []
@@ -598,8 +763,24 @@ def read_connect_message(
         raise decoder.error(exc.field, exc.reason, value) from exc
 
 
+_WRAPPER_KEYS = frozenset({"schema", "payload"})
 _OPS = {op.value: op for op in Operation}
 _SCHEMA_CACHE_BYTES = 64 * 1024 * 1024
+_KEY_SCHEMA_CACHE_BYTES = 8 * 1024 * 1024
+V = TypeVar("V")
+
+
+@dataclass(frozen=True, slots=True)
+class _EnvelopeSchema:
+    """What an envelope's Connect schema decides, derived once per distinct schema."""
+
+    layout: RowLayout | None
+    """The row columns declared by the ``after`` (else ``before``) struct; None: inferred per message."""
+    source: Mapping[str, tuple[Column, FastConverter]]
+    """The declared source fields that are coerced (not structs): column and fast converter."""
+
+
+_SCHEMALESS = _EnvelopeSchema(None, {})
 
 
 class ConnectEnvelopeReader:
@@ -613,6 +794,10 @@ class ConnectEnvelopeReader:
     Equal table schemas are reused (a bounded LRU). ``column_map`` rewrites declared columns
     (a format's own logical names into Debezium's). ``limits`` bound the JSON documents that
     MongoDB images carry as strings.
+
+    What a message's Connect schemas decide (row columns, source field types, key columns) is
+    cached by the schemas' JSON text, and schemaless row columns by the images' field names and
+    value types, so the messages of a known table only look their structure up (bounded LRUs).
     """
 
     def __init__(
@@ -629,6 +814,26 @@ class ConnectEnvelopeReader:
         self._schemas: LruCache[bytes, tuple[Column, ...]] = LruCache(
             cache_size, _SCHEMA_CACHE_BYTES, lambda key, _: len(key)
         )
+        self._envelopes: LruCache[bytes, _EnvelopeSchema] = LruCache(
+            cache_size, _SCHEMA_CACHE_BYTES, lambda key, _: len(key)
+        )
+        self._layouts: LruCache[bytes, RowLayout] = LruCache(
+            cache_size, _SCHEMA_CACHE_BYTES, lambda key, _: len(key)
+        )
+        # keyed by a layout's id: each entry holds its layout, so that id is not reused meanwhile.
+        # (id, db, schema, table, key names) -> the table: names are strings or None, so equal keys
+        # mean equal tables; (id, extra columns) -> the layout of the columns followed by them
+        self._layout_tables: LruCache[tuple[Any, ...], tuple[RowLayout, TableSchema]] = LruCache(4 * cache_size)
+        self._extended: LruCache[tuple[int, tuple[Column, ...]], tuple[RowLayout, RowLayout]] = LruCache(
+            cache_size
+        )
+        self._key_schemas: LruCache[bytes, KeyColumns] = LruCache(
+            cache_size, _KEY_SCHEMA_CACHE_BYTES, lambda key, _: len(key)
+        )
+        # the shape of schemaless images (see _image_shape) -> their layout
+        self._shapes: LruCache[tuple[Any, ...], RowLayout] = LruCache(
+            cache_size, 200_000, lambda _, layout: len(layout.columns) + 1
+        )
 
     # -- caches ------------------------------------------------------------------------
 
@@ -636,16 +841,106 @@ class ConnectEnvelopeReader:
         """The cached TableSchema equal to ``table`` (so the emitter's caches hit)."""
         return self._tables.intern(table)
 
+    @staticmethod
+    def _by_content(cache: LruCache[bytes, V], schema: Any, build: Callable[[Any], V], salt: bytes = b"") -> V:
+        """``build(schema)``, cached by the schema's JSON text (exact: ``1``, ``1.0`` and ``true``
+        differ) plus ``salt``. Failures are not cached: the next message raises them again."""
+        try:
+            key = orjson.dumps(schema) + salt
+        except orjson.JSONEncodeError:
+            return build(schema)
+        value = cache.get(key)
+        if value is None:
+            value = build(schema)
+            cache.put(key, value)
+        return value
+
     def struct_columns(self, schema: Any, where: str) -> tuple[Column, ...]:
         """``columns_from_struct`` with a cache keyed by the schema's JSON text."""
-        key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS) + where.encode()
-        cols = self._schemas.get(key)
-        if cols is None:
+
+        def build(schema: Any) -> tuple[Column, ...]:
             cols = columns_from_struct(schema, where)
             if self._column_map is not None:
                 cols = tuple(self._column_map(c) for c in cols)
-            self._schemas.put(key, cols)
-        return cols
+            return cols
+
+        return self._by_content(self._schemas, schema, build, where.encode())
+
+    def struct_layout(self, schema: Any, where: str) -> RowLayout:
+        """The layout of ``struct_columns(schema, where)``, cached likewise."""
+
+        def build(schema: Any) -> RowLayout:
+            return RowLayout(self.struct_columns(schema, where))
+
+        return self._by_content(self._layouts, schema, build, where.encode())
+
+    def inferred_layout(
+        self, after: Mapping[str, Any] | None, before: Mapping[str, Any] | None = None
+    ) -> RowLayout:
+        """The layout of ``infer_columns(after, before)``, cached by the images' shapes."""
+        shape = (_image_shape(after), _image_shape(before))
+        layout = self._shapes.get(shape)
+        if layout is None:
+            layout = RowLayout(infer_columns(after, before))
+            self._shapes.put(shape, layout)
+        return layout
+
+    def layout_table(
+        self, layout: RowLayout, db: str | None, schema: str | None, name: str, key: tuple[str, ...]
+    ) -> TableSchema:
+        """The (interned) TableSchema of the layout's columns with these names and key columns."""
+        ident = (id(layout), db, schema, name, key)
+        hit = self._layout_tables.get(ident)
+        if hit is not None and hit[0] is layout:
+            return hit[1]
+        table = self._tables.intern(TableSchema(db, schema, name, layout.columns, key))
+        self._layout_tables.put(ident, (layout, table))
+        return table
+
+    def _extended_layout(self, layout: RowLayout, extra: tuple[Column, ...]) -> RowLayout:
+        """The layout of the layout's columns followed by ``extra`` (key columns rows lack)."""
+        ident = (id(layout), extra)
+        hit = self._extended.get(ident)
+        if hit is not None and hit[0] is layout:
+            return hit[1]
+        extended = RowLayout(layout.columns + extra)
+        self._extended.put(ident, (layout, extended))
+        return extended
+
+    def key(self, raw: bytes | None, mongodb_hint: bool = False) -> EnvelopeKey | None:
+        """:func:`parse_json_key` within this reader's limits, the key schema's columns cached."""
+        return parse_json_key(raw, mongodb_hint, self.limits, self._key_columns)
+
+    def _key_columns(self, schema: Any) -> KeyColumns:
+        if not isinstance(schema, dict) or schema.get("type") != "struct":
+            return {}
+        return self._by_content(self._key_schemas, schema, key_columns)
+
+    def _envelope_schema(self, schema: Any) -> _EnvelopeSchema:
+        """What an envelope schema decides (raises what :meth:`row_columns` raises for it)."""
+        if not isinstance(schema, dict):
+            return _SCHEMALESS
+        return self._by_content(self._envelopes, schema, self._read_envelope_schema)
+
+    def _read_envelope_schema(self, schema: Any) -> _EnvelopeSchema:
+        fields = struct_field_schemas(schema)
+        layout = None
+        for name in ("after", "before"):
+            sub = fields.get(name)
+            if isinstance(sub, dict) and sub.get("type") == "struct":
+                layout = self.struct_layout(sub, f"schema.{name}")
+                break
+        return _EnvelopeSchema(layout, self._source_fields(fields.get("source")))
+
+    def _source_fields(self, source_schema: Any) -> dict[str, tuple[Column, FastConverter]]:
+        """The source fields that :meth:`source_info` coerces: declared, and not structs."""
+        if not isinstance(source_schema, dict):
+            return {}
+        try:
+            declared = self.struct_columns(source_schema, "schema.source")
+        except FieldError:
+            return {}
+        return {c.name: (c, fast_converter(c) or _not_fast) for c in declared if c.type is not ConnectType.STRUCT}
 
     # -- pieces --------------------------------------------------------------------------
 
@@ -682,21 +977,30 @@ class ConnectEnvelopeReader:
         extra: Mapping[str, Any] | None = None,
     ) -> SourceInfo:
         """SourceInfo from a Debezium source block (names excluded; see :meth:`table_name`)."""
-        declared: dict[str, Column] = {}
-        if isinstance(source_schema, dict):
-            try:
-                declared = {c.name: c for c in self.struct_columns(source_schema, "schema.source")}
-            except FieldError:
-                declared = {}
+        return self._source_info(source, self._source_fields(source_schema), extra)
+
+    def _source_info(
+        self,
+        source: Mapping[str, Any],
+        declared: Mapping[str, tuple[Column, FastConverter]],
+        extra: Mapping[str, Any] | None,
+    ) -> SourceInfo:
         fields: dict[str, Any] = {}
+        out_name = _SOURCE_NAMES.get
         for name, value in source.items():
-            if name in _NAME_FIELDS:
+            out = out_name(name, name)
+            if out is None:
                 continue
-            col = declared.get(name)
-            if col is not None and value is not None and col.type is not ConnectType.STRUCT:
-                with contextlib.suppress(CoercionError):
-                    value = coerce_checked(col, value)
-            fields[_RENAMED.get(name, name)] = value
+            if value is not None:
+                typed = declared.get(name)
+                if typed is not None:
+                    col, fast = typed
+                    try:
+                        value = fast(value)
+                    except Exception:  # the full conversion decides; a value it rejects is kept as is
+                        with contextlib.suppress(CoercionError):
+                            value = coerce_checked(col, value)
+            fields[out] = value
         if extra:
             fields.update(extra)
         ts_raw = source.get("ts_ms")
@@ -704,7 +1008,7 @@ class ConnectEnvelopeReader:
         if ts_raw is not None and ts_ms is None:
             raise FieldError("source.ts_ms", f"expected epoch milliseconds, found {ts_raw!r}")
         original_sequence = source.get("sequence")
-        sequence = position_sequence({**fields, "sequence": original_sequence}, ts_ms)
+        sequence = _position(fields, ts_ms, original_sequence)
         if original_sequence is not None and original_sequence != sequence:
             fields["source_sequence"] = original_sequence
         return SourceInfo(
@@ -718,21 +1022,7 @@ class ConnectEnvelopeReader:
     @staticmethod
     def table_name(source: Mapping[str, Any], fallback: TableName) -> TableName:
         """db/schema/table from the source block (``collection`` for MongoDB), else the fallback."""
-
-        def text(name: str) -> str | None:
-            value = source.get(name)
-            if value is None:
-                return None
-            if not isinstance(value, str):
-                raise FieldError(f"source.{name}", f"expected a string, found {type_name(value)}")
-            return value
-
-        table = text("table") or text("collection")
-        if table is None:
-            if fallback.table is None:
-                raise FieldError("source.table", "no table name in the source block and none configured")
-            return fallback
-        return TableName(text("db"), text("schema"), table)
+        return TableName(*_table_name(source, fallback))
 
     @staticmethod
     def transaction(raw: Any) -> TransactionRef | None:
@@ -754,13 +1044,10 @@ class ConnectEnvelopeReader:
 
         The flag says whether the columns were declared (True) or inferred (False).
         """
-        if isinstance(schema, dict):
-            fields = struct_field_schemas(schema)
-            for name in ("after", "before"):
-                sub = fields.get(name)
-                if isinstance(sub, dict) and sub.get("type") == "struct":
-                    return self.struct_columns(sub, f"schema.{name}"), True
-        return infer_columns(after, before), False
+        layout = self._envelope_schema(schema).layout
+        if layout is not None:
+            return layout.columns, True
+        return self.inferred_layout(after, before).columns, False
 
     # -- the envelope --------------------------------------------------------------------
 
@@ -790,42 +1077,41 @@ class ConnectEnvelopeReader:
             source = {}
         if not isinstance(source, dict):
             raise FieldError("source", f"expected an object, found {type_name(source)}")
-        columns, declared = self.row_columns(schema, before, after)
-        if key is not None and key.columns:
-            have = {c.name for c in columns}
-            missing = tuple(c for c in key.columns if c.name not in have)
-            if missing and not declared:
-                columns = columns + missing
-            elif missing:
-                raise FieldError("key", f"key columns {[c.name for c in missing]} are not row columns")
+        declared = self._envelope_schema(schema)
+        layout = declared.layout or self.inferred_layout(after, before)
+        extra: tuple[Column, ...] = ()
+        key_names: tuple[str, ...] = ()
+        if key is not None:
+            key_names = key.names
+            if not layout.names.issuperset(key_names):
+                missing = tuple(c for c in key.columns if c.name not in layout.names)
+                if declared.layout is not None:
+                    raise FieldError("key", f"key columns {[c.name for c in missing]} are not row columns")
+                extra = missing
         if absent_columns:
-            have = {c.name for c in columns}
-            columns = columns + tuple(Column(n, ConnectType.STRING) for n in sorted(absent_columns - have))
-        before_row = decode_row(columns, before, "before") if before is not None else None
-        after_row = decode_row(columns, after, "after") if after is not None else None
+            have = layout.names.union(c.name for c in extra)
+            extra += tuple(Column(n, ConnectType.STRING) for n in sorted(absent_columns - have))
+        if extra:
+            layout = self._extended_layout(layout, extra)
+        before_row = layout.decode(before, "before") if before is not None else None
+        after_row = layout.decode(after, "after") if after is not None else None
         if op is Operation.DELETE:
             after_row = None
             if before_row is None and key is not None and key.values is not None:
-                before_row = {c.name: key.values.get(c.name, UNAVAILABLE) for c in columns}
+                before_row = {c.name: key.values.get(c.name, UNAVAILABLE) for c in layout.columns}
         elif op in (Operation.CREATE, Operation.READ):
             before_row = None
             if after_row is None:
                 raise FieldError("after", f"op {op.value!r} needs an 'after' image")
         elif op is Operation.UPDATE and after_row is None:
             raise FieldError("after", "op 'u' needs an 'after' image")
-        name = self.table_name(source, fallback)
-        extras = dict(extra_source or {})
-        source_schema = None
-        if isinstance(schema, dict):
-            source_schema = struct_field_schemas(schema).get("source")
-        info = self.source_info(source, source_schema, extras)
+        db, db_schema, table_name = _table_name(source, fallback)
+        info = self._source_info(source, declared.source, extra_source)
         ts_raw = payload.get("ts_ms")
         ts_ms = _int(ts_raw)
         if ts_raw is not None and ts_ms is None:
             raise FieldError("ts_ms", f"expected epoch milliseconds, found {ts_raw!r}")
-        table = self.table(
-            TableSchema(name.db, name.schema, name.table or "", columns, key.names if key is not None else ())
-        )
+        table = self.layout_table(layout, db, db_schema, table_name or "", key_names)
         return ChangeEvent(
             op=op,
             table=table,
@@ -835,3 +1121,24 @@ class ConnectEnvelopeReader:
             transaction=self.transaction(payload.get("transaction")),
             ts_ms=ts_ms,
         )
+
+
+def _table_name(source: Mapping[str, Any], fallback: TableName) -> tuple[str | None, str | None, str | None]:
+    """:meth:`ConnectEnvelopeReader.table_name` as a tuple."""
+    table, db, schema = source.get("table"), source.get("db"), source.get("schema")
+    if type(table) is str and table and (db is None or type(db) is str) and (schema is None or type(schema) is str):
+        return db, schema, table  # the common case, which the checks below let through unchanged
+    table = _source_text(source, "table") or _source_text(source, "collection")
+    if table is None:
+        if fallback.table is None:
+            raise FieldError("source.table", "no table name in the source block and none configured")
+        return fallback.db, fallback.schema, fallback.table
+    return _source_text(source, "db"), _source_text(source, "schema"), table
+
+
+def _source_text(source: Mapping[str, Any], name: str) -> str | None:
+    """A name field of a source block: a string or null."""
+    value = source.get(name)
+    if value is None or isinstance(value, str):
+        return value
+    raise FieldError(f"source.{name}", f"expected a string, found {type_name(value)}")

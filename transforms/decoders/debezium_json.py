@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import Field
 
-from transforms.connect import Column, ConnectType, TableSchema
+from transforms.connect import Column, ConnectType
 from transforms.decoders.base import Decoder, Message
 from transforms.decoders.connect_json import (
     ConnectEnvelopeReader,
@@ -35,9 +35,7 @@ from transforms.decoders.connect_json import (
     FieldError,
     JsonLimits,
     TableName,
-    decode_row,
-    infer_columns,
-    parse_json_key,
+    TopicTables,
     position_sequence,
     read_connect_message,
 )
@@ -118,6 +116,7 @@ class DebeziumJsonDecoder(Decoder):
         )
         self._limits = JsonLimits(opts.max_message_bytes, opts.max_json_depth)
         self._reader = ConnectEnvelopeReader(FORMAT_ID, limits=self._limits)
+        self._fallback = TopicTables(lambda topic: table_fallback(opts.table, topic))
 
     def decode(self, message: Message) -> list[Event]:
         return read_connect_message(self, message, lambda schema, payload: self._decode(schema, payload, message))
@@ -140,7 +139,7 @@ class DebeziumJsonDecoder(Decoder):
     def _key(self, message: Message, mongodb: bool) -> EnvelopeKey | None:
         if self._key_override is not None:
             return self._key_override
-        return parse_json_key(message.key, mongodb_hint=mongodb, limits=self._limits)
+        return self._reader.key(message.key, mongodb)
 
     # -- kinds of values ---------------------------------------------------------------
 
@@ -151,7 +150,7 @@ class DebeziumJsonDecoder(Decoder):
             payload,
             schema,
             key=self._key(message, mongodb),
-            fallback=table_fallback(self._opts.table, message.topic),
+            fallback=self._fallback(message.topic),
         )
         return [] if event is None else [event]
 
@@ -166,7 +165,7 @@ class DebeziumJsonDecoder(Decoder):
             op = op_or_none
         if meta.get("__deleted") in (True, "true"):
             op = Operation.DELETE
-        fallback = table_fallback(self._opts.table, message.topic)
+        fallback = self._fallback(message.topic)
         names = {target: meta.get(name) for name, target in _FLAT_NAME_FIELDS.items()}
         for name, value in names.items():
             if value is not None and not isinstance(value, str):
@@ -176,16 +175,15 @@ class DebeziumJsonDecoder(Decoder):
             raise FieldError("__table", "no table name in the row and none configured")
         db = names["db"] if names["table"] else fallback.db
         if isinstance(schema, dict) and schema.get("type") == "struct":
-            columns = self._reader.struct_columns(schema, "schema")
+            layout = self._reader.struct_layout(schema, "schema")
         else:
-            columns = infer_columns(row)
+            layout = self._reader.inferred_layout(row)
         key = self._key(message, mongodb=False)
         if key is not None:
-            have = {c.name for c in columns}
-            missing = [c.name for c in key.columns if c.name not in have]
+            missing = [c.name for c in key.columns if c.name not in layout.names]
             if missing:
                 raise FieldError("key", f"key columns {missing} are not row columns")
-        image = decode_row(columns, row, "row")
+        image = layout.decode(row, "row")
         fields = {k[2:]: v for k, v in meta.items() if k not in _FLAT_SKIP and k[2:] not in _BASE_SOURCE}
         ts_raw = meta.get("__source_ts_ms")
         source_ts = ts_raw if isinstance(ts_raw, int) and not isinstance(ts_raw, bool) else None
@@ -193,8 +191,8 @@ class DebeziumJsonDecoder(Decoder):
         source = SourceInfo(
             FORMAT_ID, source_ts, SnapshotMarker.FALSE, position_sequence(fields, source_ts), fields
         )
-        table = self._reader.table(
-            TableSchema(db, names["schema"], table_name, columns, key.names if key is not None else ())
+        table = self._reader.layout_table(
+            layout, db, names["schema"], table_name, key.names if key is not None else ()
         )
         deleted = op is Operation.DELETE
         return ChangeEvent(
