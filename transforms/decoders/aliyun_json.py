@@ -18,10 +18,12 @@ emitted from its ``UPDATE_AFTER``, with a before-image when that message has one
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
-from transforms.connect import Column, ConnectType, Logical
+from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import Decoder, Message, type_name
+from transforms.decoders.cache import LruCache
 from transforms.decoders.fields import (
     duplicate,
     optional_int,
@@ -31,9 +33,12 @@ from transforms.decoders.fields import (
     required_str,
     string_list,
 )
+from transforms.decoders.rowplan import FastConverter, NotFast, RowPlans, fast_converter
 from transforms.decoders.schemaless_json import table_schema
 from transforms.envelope import ChangeEvent, Event, Operation, SchemaChangeEvent, SourceInfo
-from transforms.values import CoercionError, b64decode
+from transforms.metadata import MetadataStore
+from transforms.options import FormatOptions
+from transforms.values import EPOCH, CoercionError, b64decode
 
 __all__ = ["AliyunJsonDecoder"]
 
@@ -79,6 +84,18 @@ class AliyunJsonDecoder(Decoder):
     format_id = "aliyun-json"
     description = "Alibaba Cloud DataWorks sync JSON (schema.dataColumn + payload before/after/op)"
 
+    def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
+        super().__init__(options, metadata)
+        # schema.dataColumn as (name, type) pairs -> (columns, their names); see _columns
+        self._column_sets: LruCache[tuple[tuple[Any, Any], ...], tuple[tuple[Column, ...], frozenset[str]]] = (
+            LruCache(4096, 200_000, lambda key, _: len(key) + 1)
+        )
+        # (dataColumn pairs, db, schema, table, key) -> table schema
+        self._tables: LruCache[tuple[Any, ...], TableSchema] = LruCache(
+            4096, 200_000, lambda slot, _: len(slot[0]) + len(slot[4]) + 1
+        )
+        self._plans = RowPlans(_fast_converter)
+
     def decode(self, message: Message) -> list[Event]:
         if message.value is None:
             return []
@@ -117,10 +134,11 @@ class AliyunJsonDecoder(Decoder):
                 )
             ]
         op = _ROW_OPS[op_name]
-        columns = self._columns(schema, payload)
+        pairs, columns, names = self._columns(schema, payload)
         key = string_list(self, schema, "primaryKey", payload, where="schema.") or ()
-        before = self._image(body, "before", columns, payload)
-        after = self._image(body, "after", columns, payload)
+        table_schema = self._table(pairs, db, schema_name, table, columns, key)
+        before = self._image(body, "before", table_schema, names, payload)
+        after = self._image(body, "after", table_schema, names, payload)
         if op is Operation.CREATE:
             before = None
             if after is None:
@@ -137,7 +155,7 @@ class AliyunJsonDecoder(Decoder):
         return [
             ChangeEvent(
                 op=op,
-                table=table_schema(db, schema_name, table, columns, key),
+                table=table_schema,
                 before=before,
                 after=after,
                 source=source,
@@ -145,8 +163,29 @@ class AliyunJsonDecoder(Decoder):
             )
         ]
 
-    def _columns(self, schema: dict[str, Any], payload: bytes) -> tuple[Column, ...]:
+    def _columns(
+        self, schema: dict[str, Any], payload: bytes
+    ) -> tuple[tuple[tuple[Any, Any], ...] | None, tuple[Column, ...], frozenset[str]]:
+        """``schema.dataColumn``'s (name, type) pairs (None when they are not all there), columns
+        and column names. The columns depend on the pairs alone, so they are cached by them: a
+        cached entry was built from non-empty string names and types, which only equal strings."""
         raw = schema.get("dataColumn")
+        pairs: tuple[tuple[Any, Any], ...] | None = None
+        if type(raw) is list:
+            try:
+                pairs = tuple([(spec["name"], spec["type"]) for spec in raw])
+                hit = self._column_sets.get(pairs)
+            except (TypeError, KeyError):  # not column objects, or a list where a name belongs
+                pairs = hit = None
+            if hit is not None:
+                return pairs, *hit
+        columns = self._build_columns(raw, payload)
+        names = frozenset(c.name for c in columns)
+        if pairs is not None:
+            self._column_sets.put(pairs, (columns, names))
+        return pairs, columns, names
+
+    def _build_columns(self, raw: Any, payload: bytes) -> tuple[Column, ...]:
         if not isinstance(raw, list):
             raise self.error("schema.dataColumn", f"expected a list of columns, found {type_name(raw)}", payload)
         columns = []
@@ -163,8 +202,26 @@ class AliyunJsonDecoder(Decoder):
             raise self.error("schema.dataColumn", f"column {twice!r} is listed twice", payload)
         return tuple(columns)
 
+    def _table(
+        self,
+        pairs: tuple[tuple[Any, Any], ...] | None,
+        db: str | None,
+        schema: str | None,
+        table: str,
+        columns: tuple[Column, ...],
+        key: tuple[str, ...],
+    ) -> TableSchema:
+        if pairs is None:
+            return table_schema(db, schema, table, columns, key)
+        slot = (pairs, db, schema, table, key)
+        cached = self._tables.get(slot)
+        if cached is None:
+            cached = table_schema(db, schema, table, columns, key)
+            self._tables.put(slot, cached)
+        return cached
+
     def _image(
-        self, body: dict[str, Any], name: str, columns: tuple[Column, ...], payload: bytes
+        self, body: dict[str, Any], name: str, table: TableSchema, names: frozenset[str], payload: bytes
     ) -> dict[str, Any] | None:
         raw = body.get(name)
         if raw is None:
@@ -173,11 +230,10 @@ class AliyunJsonDecoder(Decoder):
         values = raw.get("dataColumn") if isinstance(raw, dict) else None
         if not isinstance(values, dict):
             raise self.error(field, f"expected an object of column values, found {type_name(values)}", payload)
-        names = {c.name for c in columns}
-        unknown = [k for k in values if k not in names]
-        if unknown:
+        if not values.keys() <= names:
+            unknown = [k for k in values if k not in names]
             raise self.error(field, f"column(s) {unknown[:10]} not in schema.dataColumn", payload)
-        return self.typed_row(columns, values, field, payload, self._value)
+        return self._plans.plan(table).typed(values, field, payload, self._value)
 
     def _value(self, col: Column, value: Any, field: str, payload: bytes | str | None) -> Any:
         """BYTES columns hold base64 text; other values are coerced."""
@@ -219,3 +275,28 @@ class AliyunJsonDecoder(Decoder):
         )
         return source, system_time if system_time is not None and system_time > 0 else None
 
+
+
+def _base64(raw: Any) -> bytes:
+    if type(raw) is str:
+        return b64decode(raw)
+    raise NotFast
+
+
+def _fast_converter(col: Column) -> FastConverter | None:
+    """What :meth:`AliyunJsonDecoder._value` does for a cell, where that is a plain conversion."""
+    if col.type is ConnectType.BYTES:
+        return _base64
+    fast = fast_converter(col)
+    if col.logical != Logical.TIMESTAMP or fast is None:
+        return fast
+    from_text = fast
+
+    def timestamp(raw: Any) -> Any:
+        """DATE columns: epoch milliseconds, as values.coerce turns them into a datetime."""
+        if type(raw) is int:
+            seconds, rest = divmod(raw, 1000)
+            return EPOCH + dt.timedelta(seconds=seconds, microseconds=rest * 1000)
+        return from_text(raw)
+
+    return timestamp

@@ -48,6 +48,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -55,6 +56,7 @@ from pydantic import Field, field_validator
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import clip, coerce_checked
+from transforms.decoders.rowplan import FastConverter, NotFast, fast_converter
 from transforms.envelope import ChangeEvent, Operation, SnapshotMarker, SourceInfo
 from transforms.errors import DecodeError
 from transforms.jsonio import JsonLimitError, loads_limited
@@ -283,7 +285,16 @@ _RESERVED_FIELDS = frozenset(
 
 
 def _snake(key: str) -> str:
+    # cursor and count members repeat in every row: short names are remembered
+    return _short_snake(key) if len(key) <= _MAX_CACHED_NAME else _to_snake(key)
+
+
+def _to_snake(key: str) -> str:
     return _NON_WORD_RE.sub("_", _SNAKE_RE.sub("_", key)).strip("_").lower()
+
+
+_MAX_CACHED_NAME = 64
+_short_snake = lru_cache(maxsize=1024)(_to_snake)
 
 
 def _is_count(value: Any) -> bool:
@@ -304,6 +315,8 @@ class ArcionRowBuilder:
         self.null_literal = options.null_literal if options.null_literal is not None else null_literal
         self._types = {name: column_for_type(name, spec) for name, spec in options.column_types.items()}
         self._tables: dict[tuple[str | None, str | None, str, tuple[str, ...]], TableSchema] = {}
+        # id(table) -> (table, a fast converter per column): see _converters
+        self._fast: dict[int, tuple[TableSchema, tuple[FastConverter, ...]]] = {}
 
     def error(self, field: str | None, reason: str, payload: bytes | str | None) -> DecodeError:
         return DecodeError(self.format_id, clip(field, 200), clip(reason, 1000), payload)
@@ -370,13 +383,31 @@ class ArcionRowBuilder:
             raise self.error(field, f"expected an operation I, U, D or R, found {raw!r}", payload)
         return op
 
+    def _converters(self, table: TableSchema) -> tuple[FastConverter, ...]:
+        """Per column of ``table``, a converter that returns what :meth:`value` would for a value
+        that is not null, or raises for :meth:`value` to decide (see rowplan)."""
+        hit = self._fast.get(id(table))
+        if hit is not None and hit[0] is table:
+            return hit[1]
+        if len(self._fast) > 10_000:
+            self._fast.clear()
+        converters = tuple(_fast_value(col, self.null_literal) for col in table.columns)
+        self._fast[id(table)] = (table, converters)
+        return converters
+
+    def _typed(self, col: Column, fast: FastConverter, raw: Any, field: str, payload: bytes | str) -> Any:
+        try:
+            return fast(raw)
+        except Exception:  # any failure: value() decides (and builds the field path)
+            return self.value(col, raw, field, payload)
+
     # -- events ----------------------------------------------------------------------------------
 
     def snapshot_event(self, table: TableSchema, row: Mapping[str, Any], payload: bytes | str) -> ChangeEvent:
         """A snapshot row (op ``r``); columns missing from ``row`` are UNAVAILABLE."""
         after = {
-            col.name: self.value(col, row[col.name], col.name, payload) if col.name in row else UNAVAILABLE
-            for col in table.columns
+            col.name: self._typed(col, fast, row[col.name], col.name, payload) if col.name in row else UNAVAILABLE
+            for col, fast in zip(table.columns, self._converters(table), strict=True)
         }
         source = SourceInfo(connector=self.format_id, snapshot=SnapshotMarker.TRUE)
         return ChangeEvent(Operation.READ, table, None, after, source)
@@ -396,15 +427,24 @@ class ArcionRowBuilder:
         after: dict[str, Any] = {}
         before: dict[str, Any] = {}
         has_old = False
-        for col, (new, old, exists) in zip(table.columns, cells, strict=True):
-            after[col.name] = (
-                self.value(col, new, f"{names.new}.{col.name}", payload) if exists.in_new else UNAVAILABLE
-            )
+        converters = self._converters(table)
+        for col, fast, (new, old, exists) in zip(table.columns, converters, cells, strict=True):
+            name = col.name
+            if exists.in_new:
+                try:
+                    after[name] = fast(new)
+                except Exception:  # any failure: value() decides (and builds the field path)
+                    after[name] = self.value(col, new, f"{names.new}.{name}", payload)
+            else:
+                after[name] = UNAVAILABLE
             if exists.in_old:
                 has_old = True
-                before[col.name] = self.value(col, old, f"{names.old}.{col.name}", payload)
+                try:
+                    before[name] = fast(old)
+                except Exception:
+                    before[name] = self.value(col, old, f"{names.old}.{name}", payload)
             else:
-                before[col.name] = UNAVAILABLE
+                before[name] = UNAVAILABLE
         source, extracted_ms = self._source(cursor_raw, counts_raw, names, payload)
         if op is Operation.CREATE:
             return ChangeEvent(op, table, None, after, source, ts_ms=extracted_ms)
@@ -485,3 +525,25 @@ class ArcionRowBuilder:
             fields=fields,
         )
         return source, extracted_ms
+
+
+def _fast_value(col: Column, null_literal: str) -> FastConverter:
+    """What :meth:`ArcionRowBuilder.value` makes of a value other than null or the null literal,
+    where that is a plain conversion (see rowplan); raises for everything else."""
+    convert = fast_converter(col)
+
+    if col.type is ConnectType.STRING and col.logical is None:
+
+        def text(raw: Any) -> Any:
+            if type(raw) is str and raw != null_literal:
+                return raw
+            raise NotFast
+
+        return text
+
+    def typed(raw: Any) -> Any:
+        if convert is None or (type(raw) is str and raw == null_literal):
+            raise NotFast
+        return convert(raw)
+
+    return typed

@@ -32,7 +32,7 @@ from transforms.decoders.fields import (
     string_list,
 )
 from transforms.decoders.qlik_model import REPLICATE_TYPES
-from transforms.decoders.schemaless_json import infer_columns, table_schema, typed_image
+from transforms.decoders.schemaless_json import SchemalessShapes
 from transforms.envelope import (
     ChangeEvent,
     Event,
@@ -110,6 +110,7 @@ class AwsDmsJsonDecoder(Decoder):
     def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
         super().__init__(options, metadata)
         self._opts = self.options_as(AwsDmsJsonOptions)
+        self._shapes = SchemalessShapes()
 
     def decode(self, message: Message) -> list[Event]:
         if message.value is None:
@@ -167,12 +168,12 @@ class AwsDmsJsonDecoder(Decoder):
         elif op is Operation.DELETE:
             before, after = row, None
 
-        columns = infer_columns([after, before])
+        shape = self._shapes.infer(after, before)
         return ChangeEvent(
             op=op,
-            table=table_schema(None, schema, table, columns, ()),
-            before=typed_image(self, columns, before, "data", payload),
-            after=typed_image(self, columns, after, "data", payload),
+            table=self._shapes.table(shape, None, schema, table, ()),
+            before=shape.typed(self, 1, before, "data", payload),
+            after=shape.typed(self, 0, after, "data", payload),
             source=self._source(metadata, payload, snapshot=op is Operation.READ),
             transaction=self._transaction(metadata, payload),
             ts_ms=check_timestamp(self, metadata.get("timestamp"), "metadata.timestamp", payload),

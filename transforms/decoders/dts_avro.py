@@ -58,7 +58,7 @@ import codecs
 import datetime as dt
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
@@ -73,9 +73,16 @@ from fastavro.schema import parse_schema
 from pydantic import Field
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
-from transforms.decoders.base import Decoder, Message, check_decimal_params
-from transforms.decoders.cache import TableCache
+from transforms.decoders.base import (
+    MAX_DECIMAL_DIGITS,
+    MAX_DECIMAL_EXPONENT,
+    Decoder,
+    Message,
+    check_decimal_params,
+)
+from transforms.decoders.cache import LruCache, TableCache
 from transforms.decoders.fields import duplicate, parse_int
+from transforms.decoders.rowplan import NotFast
 from transforms.envelope import (
     ChangeEvent,
     Event,
@@ -445,6 +452,191 @@ def _split_srid(raw: bytes) -> tuple[bytes, int | None]:
     return raw, None
 
 
+# -- caches ----------------------------------------------------------------------------
+#
+# A record's columns follow from each field's name and type number and, for the fields whose number
+# leaves the type open, from the kind of value sampled for it and a few facts about that value
+# (decimal precision and scale, binary or text charset, ...): :func:`_sample_key` spells those
+# facts out, so the columns (and the table schema) are cached by them instead of being rebuilt
+# for every record. Rows are typed by a per-table plan: per column, a fast converter per kind of
+# Avro value, which returns exactly what :meth:`DtsAvroDecoder._value` would or raises, and then
+# ``_value`` runs (see :mod:`transforms.decoders.rowplan`).
+
+_ABSENT = object()
+"""A key a sample's body lacks (the column builders would fail on it: such a record is not cached)."""
+
+
+def _sample_key(kind: Any, body: Any) -> tuple[Any, ...] | None:
+    """What the column builders read of a sample value (kind and body), as a hashable key; None
+    for a sample that is not cached (a stored type hint of an unexpected shape)."""
+    if body is None:
+        return (kind,) if kind is None or type(kind) is str else None
+    if type(kind) is not str or type(body) is not dict:
+        return None
+    if kind == "Decimal":
+        precision, scale = body.get("precision", _ABSENT), body.get("scale", _ABSENT)
+        # typed: 10 and 10.0 (or True and 1) would give different columns
+        return kind, type(precision), precision, type(scale), scale
+    if kind == "Character":
+        charset = body.get("charset", _ABSENT)
+        return kind, charset if charset is _ABSENT else str(charset).lower() == "binary"
+    if kind == "TextObject":
+        obj_type = body.get("type", _ABSENT)
+        return kind, obj_type if obj_type is _ABSENT else str(obj_type).upper()
+    if kind == "DateTime":
+        parts = (body.get(k, _ABSENT) for k in ("year", "month", "hour"))
+        return kind, *(_ABSENT if v is _ABSENT else v is None for v in parts)
+    return (kind,)
+
+
+def _signature(
+    mode: int, parts: list[tuple[Any, ...]], open_fields: list[int], samples: list[tuple[str | None, Any]]
+) -> tuple[Any, ...] | None:
+    """What a record's columns are built from: the source family (``mode``), per field its name
+    and type number (``parts``) and, for the fields whose number leaves the type open, the sample's
+    :func:`_sample_key`. None when a sample is not cacheable."""
+    for i in open_fields:
+        sample = _sample_key(*samples[i])
+        if sample is None:
+            return None
+        parts[i] = (*parts[i], *sample)
+    signature = (mode, tuple(parts))
+    try:
+        hash(signature)
+    except TypeError:  # an unhashable precision or scale in a stored hint
+        return None
+    return signature
+
+
+_CellConverter = Callable[[Any], Any]
+"""The body of an Avro value → the typed value; raises (anything) to leave the cell to ``_value``."""
+
+
+def _empty(body: Any) -> Any:
+    return None if body == "NULL" else UNAVAILABLE
+
+
+def _int_cell(ctype: ConnectType) -> _CellConverter:
+    """``_integer`` then ``coerce`` of an in-range integer: the integer (BIGINT UNSIGNED wrapped)."""
+    bits = {ConnectType.INT16: 16, ConnectType.INT32: 32, ConnectType.INT64: 64}[ctype]
+    low, high, wrap = -(1 << (bits - 1)), 1 << (bits - 1), bits == 64
+
+    def convert(body: Any) -> int:
+        value = int(body["value"].strip())
+        if wrap and 1 << 63 <= value < 1 << 64:
+            value -= 1 << 64
+        if low <= value < high:
+            return value
+        raise NotFast
+
+    return convert
+
+
+def _text_cell(body: Any) -> str:
+    """A ``Character`` value of a text charset, decoded (a binary one goes the full way)."""
+    charset = body["charset"]
+    if charset.lower() == "binary":
+        raise NotFast
+    codec = _codec(charset)
+    if codec is None:
+        raise NotFast
+    return body["value"].decode(codec)
+
+
+def _same(kind: type) -> _CellConverter:
+    """A value whose body already holds the typed value (bytes in a bytes column, ...)."""
+
+    def convert(body: Any) -> Any:
+        value = body["value"]
+        if type(value) is kind:
+            return value
+        raise NotFast
+
+    return convert
+
+
+def _decimal_cell(body: Any) -> Decimal:
+    text = body["value"].strip()
+    if len(text) > MAX_DECIMAL_DIGITS:  # shorter text has at most that many digits
+        raise NotFast
+    value = Decimal(text)
+    if value.is_finite() and -MAX_DECIMAL_EXPONENT <= value.adjusted() <= MAX_DECIMAL_EXPONENT:
+        return value
+    raise NotFast
+
+
+def _datetime_cell(fraction_per_second: int, logical: str) -> _CellConverter:
+    """``_datetime`` of a complete, non-zero date (a timestamp or a date) or of a time of day."""
+    if logical == Logical.MICRO_TIME:
+
+        def to_time(body: Any) -> dt.timedelta:
+            micros = (body["millis"] or 0) * 1_000_000 // fraction_per_second
+            return dt.timedelta(
+                hours=body["hour"] or 0,
+                minutes=body["minute"] or 0,
+                seconds=body["second"] or 0,
+                microseconds=micros,
+            )
+
+        return to_time
+    date_only = logical == Logical.DATE
+
+    def to_datetime(body: Any, zone: dt.tzinfo | None = None) -> dt.date:
+        year, month, day = body["year"], body["month"], body["day"]
+        if not (year and month and day):
+            raise NotFast  # missing or zero ("0000-00-00", NULL): the full path says which
+        if date_only:
+            return dt.date(year, month, day)
+        micros = (body["millis"] or 0) * 1_000_000 // fraction_per_second
+        hour, minute, second = body["hour"] or 0, body["minute"] or 0, body["second"] or 0
+        return dt.datetime(year, month, day, hour, minute, second, micros, zone)
+
+    if logical != Logical.ZONED_TIMESTAMP:
+        return to_datetime
+
+    def to_zoned(body: Any) -> dt.date:
+        zone = _zone(body["timezone"])
+        if zone is None:
+            raise NotFast
+        return to_datetime(body["value"], zone)
+
+    return to_zoned
+
+
+def _epoch_cell(body: Any) -> dt.datetime:
+    return dt.datetime.fromtimestamp(body["timestamp"], dt.UTC) + dt.timedelta(microseconds=body["millis"])
+
+
+_STRING_LOGICALS = frozenset({None, Logical.JSON, Logical.XML, Logical.UUID, Logical.ENUM, Logical.ENUM_SET})
+"""String columns whose coercion keeps a string as it is."""
+
+
+def _cell_converters(col: Column, fraction_per_second: int) -> dict[str, _CellConverter]:
+    """The fast converters of a column by Avro value kind (full record name), see the caches note."""
+    out: dict[str, _CellConverter] = {_NS + "EmptyObject": _empty}
+    ctype, logical = col.type, col.logical
+    if logical is None and ctype in (ConnectType.INT16, ConnectType.INT32, ConnectType.INT64):
+        out[_NS + "Integer"] = _int_cell(ctype)
+    elif ctype is ConnectType.STRING and logical in _STRING_LOGICALS:
+        out[_NS + "Character"] = _text_cell
+        out[_NS + "TextObject"] = _same(str)
+    elif logical is None and ctype is ConnectType.BYTES:
+        out[_NS + "Character"] = out[_NS + "BinaryObject"] = _same(bytes)
+    elif logical is None and ctype in (ConnectType.FLOAT64, ConnectType.FLOAT32):
+        out[_NS + "Float"] = _same(float)
+    elif col.is_decimal:
+        out[_NS + "Decimal"] = _decimal_cell
+    elif logical in (Logical.MICRO_TIMESTAMP, Logical.DATE, Logical.MICRO_TIME):
+        out[_NS + "DateTime"] = _datetime_cell(fraction_per_second, logical)
+    elif logical == Logical.ZONED_TIMESTAMP:
+        out[_NS + "TimestampWithTimeZone"] = _datetime_cell(fraction_per_second, logical)
+        out[_NS + "Timestamp"] = _epoch_cell
+    return out
+
+
+_RowPlan = tuple[tuple[str, Column, dict[str, _CellConverter]], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class _Context:
     """What value conversion needs to know about the record."""
@@ -472,6 +664,19 @@ class DtsAvroDecoder(Decoder):
         self._version: DtsSchemaVersion = self.options.schema_version
         self._tables = TableCache(self._MAX_TABLES)
         self._hints: dict[str, dict[str, Any]] = {}
+        # column signature (see _columns) -> columns; (signature, names, key) -> table schema
+        self._column_sets: LruCache[tuple[Any, ...], tuple[Column, ...]] = LruCache(
+            self._MAX_TABLES, 200_000, lambda sig, _: len(sig[1]) + 1
+        )
+        self._table_schemas: LruCache[tuple[Any, ...], TableSchema] = LruCache(
+            self._MAX_TABLES, 200_000, lambda slot, _: len(slot[0][1]) + len(slot[4]) + 1
+        )
+        # pk_uk_info tag text -> (its PRIMARY columns or None,)
+        self._primary_keys: LruCache[str, tuple[tuple[str, ...] | None]] = LruCache(
+            self._MAX_TABLES, 4 * 1024 * 1024, lambda text, _: len(text) + 1
+        )
+        # (id(table), fraction per second) -> (table, its row plan); the entry keeps the table alive
+        self._row_plans: dict[tuple[int, int], tuple[TableSchema, _RowPlan]] = {}
 
     # -- decode -----------------------------------------------------------------------
 
@@ -488,17 +693,33 @@ class DtsAvroDecoder(Decoder):
         version = self._version
         if version is not DtsSchemaVersion.AUTO:
             return self._read(data, record_schema(version))
+        current = record_schema(DtsSchemaVersion.CURRENT)
+        record = self._read_fitting(data, current)
+        if record is not None:
+            return record
         try:
-            return self._read(data, record_schema(DtsSchemaVersion.CURRENT))
-        except DecodeError as current_error:
+            return self._read(data, record_schema(DtsSchemaVersion.V2019))
+        except DecodeError:
             try:
-                return self._read(data, record_schema(DtsSchemaVersion.V2019))
-            except DecodeError:
+                self._read(data, current)  # fails as _read_fitting did, now saying where and why
+            except DecodeError as current_error:
                 raise self.error(
                     current_error.field,
                     f"{current_error.reason} (the 2019 schema does not fit either)",
                     data,
                 ) from current_error
+            raise  # pragma: no cover - _read fails wherever _read_fitting does
+
+    @staticmethod
+    def _read_fitting(data: bytes, schema: RecordSchema) -> dict[str, Any] | None:
+        """The Record when ``schema`` reads exactly ``data``; None where :meth:`_read` would fail
+        (without locating the failure, which a message of the other schema version does not need)."""
+        fo = io.BytesIO(data)
+        try:
+            record = schemaless_reader(fo, schema.record, return_record_name=True)
+        except Exception:
+            return None
+        return record if isinstance(record, dict) and fo.tell() == len(data) else None
 
     def _read(self, data: bytes, schema: RecordSchema) -> dict[str, Any]:
         fo = io.BytesIO(data)
@@ -631,15 +852,16 @@ class DtsAvroDecoder(Decoder):
         )
         after_raw = None if operation == "DELETE" else self._image(record, "afterImages", width, True, data)
         try:
-            columns = self._columns(record, fields, before_raw, after_raw)
+            columns, signature = self._columns(record, fields, before_raw, after_raw)
         except ValueError as exc:
             raise self.error("fields", str(exc), data) from exc
         key = self._key(record, columns, data)
-        table = self._table(db, schema, table_name, columns, key)
+        table = self._table(db, schema, table_name, columns, key, signature)
         fraction = 1_000_000 if self._micros(record) else 1_000_000_000
         ctx = _Context(fraction)
-        before = self._row(columns, before_raw, "beforeImages", ctx, data)
-        after = self._row(columns, after_raw, "afterImages", ctx, data)
+        plan = self._row_plan(table, fraction)
+        before = self._row(plan, before_raw, "beforeImages", ctx, data)
+        after = self._row(plan, after_raw, "afterImages", ctx, data)
         op = {"INSERT": Operation.CREATE, "UPDATE": Operation.UPDATE}.get(operation, Operation.DELETE)
         return ChangeEvent(op, table, before, after, source, transaction, ts_ms=self._process_ms(record))
 
@@ -672,14 +894,29 @@ class DtsAvroDecoder(Decoder):
         fields: list[dict[str, Any]],
         before: list[Image] | None,
         after: list[Image] | None,
-    ) -> tuple[Column, ...]:
+    ) -> tuple[tuple[Column, ...], tuple[Any, ...] | None]:
+        """The record's columns, and the signature they are cached by (None: not cached)."""
         source_type = record["source"]["sourceType"]
         mysql = source_type in _MYSQL_FAMILY
         postgres = source_type == "PostgreSQL"
+        # type numbers that give the column on their own (no sample needed)
+        by_number: frozenset[int] | dict[int, Any] = (
+            _UNAMBIGUOUS_MYSQL if mysql else _POSTGRES_TYPES if postgres else frozenset()
+        )
         samples: list[tuple[str | None, Any]] = []
         observed: dict[str, list[Any]] = {}
         missing: list[int] = []
+        # the signature the columns are cached by: per field its name and type number, plus (below)
+        # the sample's _sample_key where the number leaves the type open
+        parts: list[tuple[Any, ...]] = []
+        open_fields: list[int] = []
         for i, field in enumerate(fields):
+            number = field["dataTypeNumber"]
+            parts.append((field["name"], number))
+            if number in by_number:
+                samples.append((None, None))
+                continue
+            open_fields.append(i)
             sample: Image = None
             for image in (after, before):
                 value = image[i] if image is not None else None
@@ -689,21 +926,21 @@ class DtsAvroDecoder(Decoder):
             kind = _kind(sample)
             body = sample[1] if sample is not None else None
             samples.append((kind, body))
-            number = field["dataTypeNumber"]
-            typed_by_number = (mysql and number in _UNAMBIGUOUS_MYSQL) or (
-                postgres and number in _POSTGRES_TYPES
-            )
-            if not typed_by_number:
-                if kind is None:
-                    missing.append(i)
-                else:
-                    observed[field["name"]] = [field["dataTypeNumber"], kind, _hint_body(kind, body)]
+            if kind is None:
+                missing.append(i)
+            else:
+                observed[field["name"]] = [number, kind, _hint_body(kind, body)]
         if observed or missing:
             hints = self._type_hints(record["objectName"], observed)
             for i in missing:
                 hint = hints.get(fields[i]["name"])
                 if hint is not None and hint[0] == fields[i]["dataTypeNumber"]:
                     samples[i] = (hint[1], hint[2])
+        signature = _signature(1 if mysql else 2 if postgres else 0, parts, open_fields, samples)
+        if signature is not None:
+            cached = self._column_sets.get(signature)
+            if cached is not None:
+                return cached, signature
         columns = []
         for field, (kind, body) in zip(fields, samples, strict=True):
             name = field["name"]
@@ -715,7 +952,9 @@ class DtsAvroDecoder(Decoder):
                 columns.append(Column(name, ctype, logical=logical, source_type=pg_type))
             else:
                 columns.append(_column_from_image(name, kind, body))
-        return tuple(columns)
+        if signature is not None:
+            self._column_sets.put(signature, tuple(columns))
+        return tuple(columns), signature
 
     def _type_hints(self, table: str, observed: dict[str, list[Any]]) -> dict[str, Any]:
         """What earlier values of a table's columns said about their types, merged with ``observed``.
@@ -739,6 +978,18 @@ class DtsAvroDecoder(Decoder):
         text = record["tags"].get("pk_uk_info")
         if not text:
             return ()
+        cached = self._primary_keys.get(text)
+        primary = self._primary_key(text, data) if cached is None else cached[0]
+        if primary is None:
+            return ()
+        names = {c.name for c in columns}
+        missing = [c for c in primary if c not in names]
+        if missing:
+            raise self.error("tags.pk_uk_info", f"primary key columns {missing} are not in fields", data)
+        return primary
+
+    def _primary_key(self, text: str, data: bytes) -> tuple[str, ...] | None:
+        """The ``PRIMARY`` columns of a ``pk_uk_info`` tag (None: no primary key), cached by the text."""
         try:
             info = self.load_embedded_json(text, "tags.pk_uk_info", data)
         except DecodeError as exc:
@@ -752,17 +1003,13 @@ class DtsAvroDecoder(Decoder):
                 "tags.pk_uk_info", f"expected a JSON object of index → columns, found {text!r}", data
             )
         primary = info.get("PRIMARY")
-        if primary is None:
-            return ()
-        if not isinstance(primary, list) or not all(isinstance(c, str) for c in primary):
+        if primary is not None and (not isinstance(primary, list) or not all(isinstance(c, str) for c in primary)):
             raise self.error(
                 "tags.pk_uk_info", f"expected PRIMARY to list column names, found {primary!r}", data
             )
-        names = {c.name for c in columns}
-        missing = [c for c in primary if c not in names]
-        if missing:
-            raise self.error("tags.pk_uk_info", f"primary key columns {missing} are not in fields", data)
-        return tuple(primary)
+        key = None if primary is None else tuple(primary)
+        self._primary_keys.put(text, (key,))
+        return key
 
     def _table(
         self,
@@ -771,18 +1018,47 @@ class DtsAvroDecoder(Decoder):
         table: str,
         columns: tuple[Column, ...],
         key: tuple[str, ...],
+        signature: tuple[Any, ...] | None = None,
     ) -> TableSchema:
-        return self._tables.intern(TableSchema(db, schema, table, columns, key))
+        """The interned table schema; cached by the columns' signature when they have one."""
+        if signature is None:
+            return self._tables.intern(TableSchema(db, schema, table, columns, key))
+        slot = (signature, db, schema, table, key)
+        cached = self._table_schemas.get(slot)
+        if cached is None:
+            cached = self._tables.intern(TableSchema(db, schema, table, columns, key))
+            self._table_schemas.put(slot, cached)
+        return cached
+
+    def _row_plan(self, table: TableSchema, fraction_per_second: int) -> _RowPlan:
+        hit = self._row_plans.get((id(table), fraction_per_second))
+        if hit is not None and hit[0] is table:
+            return hit[1]
+        if len(self._row_plans) >= self._MAX_TABLES:
+            self._row_plans.clear()
+        plan = tuple((col.name, col, _cell_converters(col, fraction_per_second)) for col in table.columns)
+        self._row_plans[(id(table), fraction_per_second)] = (table, plan)
+        return plan
 
     def _row(
-        self, columns: tuple[Column, ...], image: list[Image] | None, name: str, ctx: _Context, data: bytes
+        self, plan: _RowPlan, image: list[Image] | None, name: str, ctx: _Context, data: bytes
     ) -> dict[str, Any] | None:
         if image is None:
             return None
-        return {
-            col.name: self._value(col, value, f"{name}.{col.name}", ctx, data)
-            for col, value in zip(columns, image, strict=True)
-        }
+        out: dict[str, Any] = {}
+        for (column, col, fast), value in zip(plan, image, strict=True):
+            if value is None:
+                out[column] = None
+                continue
+            convert = fast.get(value[0])
+            if convert is not None:
+                try:
+                    out[column] = convert(value[1])
+                    continue
+                except Exception:  # any failure: _value decides (and names the field)
+                    pass
+            out[column] = self._value(col, value, f"{name}.{column}", ctx, data)
+        return out
 
     # -- values -----------------------------------------------------------------------
 

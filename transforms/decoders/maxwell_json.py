@@ -26,7 +26,7 @@ from transforms.decoders.fields import (
     required_str,
     string_list,
 )
-from transforms.decoders.schemaless_json import infer_columns, table_schema, typed_image
+from transforms.decoders.schemaless_json import SchemalessShapes
 from transforms.envelope import (
     ChangeEvent,
     Event,
@@ -37,6 +37,8 @@ from transforms.envelope import (
     TransactionRef,
 )
 from transforms.errors import DecodeError
+from transforms.metadata import MetadataStore
+from transforms.options import FormatOptions
 
 __all__ = ["MaxwellJsonDecoder"]
 
@@ -70,6 +72,10 @@ class MaxwellJsonDecoder(Decoder):
 
     format_id = "maxwell-json"
     description = "Maxwell's daemon JSON (rows with data/old, DDL with def)"
+
+    def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
+        super().__init__(options, metadata)
+        self._shapes = SchemalessShapes()
 
     def decode(self, message: Message) -> list[Event]:
         if message.value is None:
@@ -115,17 +121,17 @@ class MaxwellJsonDecoder(Decoder):
         elif op is Operation.DELETE:
             before, after = data, None
 
-        columns = infer_columns([after, before])
+        shape = self._shapes.infer(after, before)
         key = self._key_columns(doc, message, data, payload)
-        schema = table_schema(database, None, table, columns, key)
+        schema = self._shapes.table(shape, database, None, table, key)
         ts = optional_int(self, doc, "ts", payload)
         if ts is not None and abs(ts) > _MAX_TS_SECONDS:
             raise self.error("ts", f"expected epoch seconds, found {ts}", payload)
         return ChangeEvent(
             op=op,
             table=schema,
-            before=typed_image(self, columns, before, "old" if op is Operation.UPDATE else "data", payload),
-            after=typed_image(self, columns, after, "data", payload),
+            before=shape.typed(self, 1, before, "old" if op is Operation.UPDATE else "data", payload),
+            after=shape.typed(self, 0, after, "data", payload),
             source=self._source(doc, ts * 1000 if ts is not None else None, op is Operation.READ, payload),
             transaction=self._transaction(doc, payload),
         )

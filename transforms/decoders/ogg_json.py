@@ -18,8 +18,10 @@ from typing import Any
 
 from transforms.decoders.base import Decoder, Message
 from transforms.decoders.fields import check_timestamp, padded_sequence, required_str, string_list
-from transforms.decoders.schemaless_json import infer_columns, table_schema, typed_image
+from transforms.decoders.schemaless_json import SchemalessShapes
 from transforms.envelope import ChangeEvent, Event, Operation, SourceInfo, TransactionRef
+from transforms.metadata import MetadataStore
+from transforms.options import FormatOptions
 from transforms.values import UNAVAILABLE
 
 __all__ = ["OggJsonDecoder"]
@@ -34,6 +36,10 @@ class OggJsonDecoder(Decoder):
 
     format_id = "ogg-json"
     description = "Oracle GoldenGate for Big Data JSON (op_type I/U/D/T, before/after, pos)"
+
+    def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
+        super().__init__(options, metadata)
+        self._shapes = SchemalessShapes()
 
     def decode(self, message: Message) -> list[Event]:
         if message.value is None:
@@ -60,7 +66,8 @@ class OggJsonDecoder(Decoder):
         elif op is Operation.DELETE:
             after = None
 
-        columns = infer_columns([after, before])
+        shape = self._shapes.infer(after, before)
+        columns = shape.columns
         key = string_list(self, doc, "primary_keys", payload) or ()
         unknown = [k for k in key if columns and all(c.name != k for c in columns)]
         if unknown:
@@ -69,9 +76,9 @@ class OggJsonDecoder(Decoder):
             ChangeEvent(
                 op=op,
                 # Oracle-style naming, as Debezium's Oracle connector: topics by schema and table
-                table=table_schema(None, schema, table, columns, key),
-                before=typed_image(self, columns, before, "before", payload),
-                after=typed_image(self, columns, after, "after", payload),
+                table=self._shapes.table(shape, None, schema, table, key),
+                before=shape.typed(self, 1, before, "before", payload),
+                after=shape.typed(self, 0, after, "after", payload),
                 source=self._source(doc, catalog, payload),
                 transaction=self._transaction(doc),
                 ts_ms=check_timestamp(self, doc.get("current_ts"), "current_ts", payload),
