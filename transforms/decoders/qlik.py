@@ -46,8 +46,9 @@ from __future__ import annotations
 
 import datetime as dt
 import io
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, ClassVar
 
 import orjson
@@ -55,10 +56,18 @@ from fastavro import parse_schema, schemaless_reader
 from pydantic import Field
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
-from transforms.decoders.base import Decoder, Message
+from transforms.decoders.base import MAX_DECIMAL_DIGITS, MAX_DECIMAL_EXPONENT, Decoder, Message
 from transforms.decoders.cache import LruCache, TableCache
 from transforms.decoders.fields import epoch_millis, parse_int
-from transforms.decoders.qlik_model import ColumnMask, Fail, QlikTableMetadata, hex_bytes, parse_metadata
+from transforms.decoders.qlik_model import (
+    MAX_MASK_BYTES,
+    ColumnMask,
+    Fail,
+    QlikTableMetadata,
+    hex_bytes,
+    parse_metadata,
+)
+from transforms.decoders.rowplan import FastConverter, NotFast, RowPlans, fast_converter
 from transforms.envelope import (
     ChangeEvent,
     Event,
@@ -114,6 +123,11 @@ _OPERATIONS = {
 }
 _NAIVE_TIMESTAMPS = frozenset({Logical.TIMESTAMP, Logical.MICRO_TIMESTAMP, Logical.NANO_TIMESTAMP})
 _CACHE_LIMIT = 10_000
+_METADATA_CACHE_BYTES = 16 * 1024 * 1024
+# the caches of masks and header timestamps by their text: entries (cleared when full), and the
+# longest text kept (a mask of MAX_MASK_BYTES has twice as many hex digits)
+_SMALL_CACHE_LIMIT = 1024
+_MAX_CACHED_TEXT = 2 * MAX_MASK_BYTES
 
 
 class QlikOptions(FormatOptions):
@@ -138,10 +152,86 @@ class RegisteredTable:
     document: Any
     metadata: QlikTableMetadata
     table: TableSchema
+    # derived once for the data messages: the column names, (mask bit, name) per column in
+    # ordinal order, and the column names by ordinal
+    names: frozenset[str] = field(init=False, repr=False, compare=False)
+    mask_bits: tuple[tuple[int, str], ...] = field(init=False, repr=False, compare=False)
+    by_ordinal: dict[int, str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        columns = self.metadata.columns
+        object.__setattr__(self, "names", frozenset(col.name for col in self.table.columns))
+        object.__setattr__(
+            self,
+            "mask_bits",
+            tuple((qcol.ordinal - 1, col.name) for qcol, col in zip(columns, self.table.columns, strict=True)),
+        )
+        object.__setattr__(self, "by_ordinal", {c.ordinal: c.name for c in columns})
 
     @property
     def columns(self) -> tuple[Column, ...]:
         return self.table.columns
+
+
+@dataclass(frozen=True, slots=True)
+class _Registration:
+    """What registering a metadata message needs besides the store: worked out once per message."""
+
+    registered: RegisteredTable
+    ts_ms: int | None  # the lineage timestamp
+    version_key: str  # the table's key in VERSION_NAMESPACE
+
+
+def _typed_value_converter(col: Column) -> FastConverter | None:
+    """The fast converter of a column whose values may come typed, as fastavro reads them.
+
+    For a value of the type that fastavro gives the column's Avro logical type it returns what
+    :meth:`QlikChangeReader._value` returns (coerce_checked keeps such a value, range-checked);
+    any other value goes to :func:`~transforms.decoders.rowplan.fast_converter`'s converter.
+    """
+    text = fast_converter(col)
+    kind: type
+    typed: FastConverter
+    if col.is_decimal:
+        kind, typed = Decimal, _bounded_decimal
+    elif col.type is ConnectType.BYTES and col.logical is None:
+        kind, typed = bytes, _same
+        text = hex_bytes  # what _value does with a string (raises ValueError for non-hex)
+    elif col.logical in (Logical.DATE, Logical.CONNECT_DATE):
+        kind, typed = dt.date, _same
+    elif col.logical in _NAIVE_TIMESTAMPS:
+        kind, typed = dt.datetime, _naive_utc
+    else:
+        return text
+
+    def convert(raw: Any) -> Any:
+        if type(raw) is kind:
+            return typed(raw)
+        if text is None:
+            raise NotFast
+        return text(raw)
+
+    return convert
+
+
+def _same(raw: Any) -> Any:
+    return raw
+
+
+def _bounded_decimal(raw: Any) -> Any:
+    """``raw`` (a Decimal) within check_value's bounds."""
+    if (
+        raw.is_finite()
+        and len(raw.as_tuple().digits) <= MAX_DECIMAL_DIGITS
+        and -MAX_DECIMAL_EXPONENT <= raw.adjusted() <= MAX_DECIMAL_EXPONENT
+    ):
+        return raw
+    raise NotFast
+
+
+def _naive_utc(raw: Any) -> Any:
+    """``raw`` (a datetime) as _value makes it for a naive timestamp column: in UTC, zoneless."""
+    return raw if raw.tzinfo is None else raw.astimezone(dt.UTC).replace(tzinfo=None)
 
 
 class QlikChangeReader:
@@ -157,6 +247,19 @@ class QlikChangeReader:
         self._options = options
         self._tables: dict[str, RegisteredTable] = {}
         self._schemas = TableCache(_CACHE_LIMIT)
+        # metadata message (its bytes) -> its registration: validating a metadata message and
+        # building its table depend on the message alone; the store is read and written every time
+        self._registrations: LruCache[bytes, _Registration] = LruCache(
+            1024, _METADATA_CACHE_BYTES, lambda payload, _: len(payload)
+        )
+        # Avro gives typed values (Decimal, date, datetime, bytes); JSON gives text and numbers
+        self._plans = RowPlans(_typed_value_converter if decoder.binary else fast_converter)
+        self._masks: dict[str | bytes, ColumnMask] = {}  # mask text or bytes -> the mask
+        self._times: dict[str, int] = {}  # header timestamp -> epoch ms (a transaction shares it)
+        # (id of a registered table, change mask bits) -> (that table, changed_columns)
+        self._changed: LruCache[tuple[int, int], tuple[RegisteredTable, str]] = LruCache(
+            _SMALL_CACHE_LIMIT, 4 * 1024 * 1024, lambda key, value: key[1].bit_length() // 8 + len(value[1]) + 1
+        )
 
     # -- metadata --------------------------------------------------------------------
 
@@ -164,12 +267,36 @@ class QlikChangeReader:
         """A metadata message body validated into table metadata."""
         return parse_metadata(body, "message", self._fail(payload))
 
+    def register_message(self, payload: bytes, parse: Callable[[], QlikTableMetadata]) -> list[Event]:
+        """:meth:`register` the metadata message ``payload``, which ``parse`` validates.
+
+        ``parse`` runs once per distinct message: the same bytes give the same metadata (or the
+        same error, which is not cached), so the validated result is kept by the message bytes.
+        """
+        if type(payload) is not bytes:  # e.g. a bytearray: not hashable
+            return self._register(self._registration(parse(), payload))
+        registration = self._registrations.get(payload)
+        if registration is None:
+            registration = self._registration(parse(), payload)
+            self._registrations.put(payload, registration)
+        return self._register(registration)
+
     def register(self, meta: QlikTableMetadata, payload: bytes) -> list[Event]:
         """Store a table version; a SchemaChangeEvent if its ``tableVersion`` is new for the table."""
-        ts_ms = self._lineage_ms(meta, payload)
-        registered = self._registered(meta.to_document(), meta)
+        return self._register(self._registration(meta, payload))
+
+    def _registration(self, meta: QlikTableMetadata, payload: bytes) -> _Registration:
+        return _Registration(
+            ts_ms=self._lineage_ms(meta, payload),
+            registered=self._registered(meta.to_document(), meta),
+            version_key=orjson.dumps([meta.server, meta.task, meta.schema, meta.table]).decode(),
+        )
+
+    def _register(self, registration: _Registration) -> list[Event]:
+        registered = registration.registered
+        meta = registered.metadata
         store = self._decoder.metadata
-        version_key = orjson.dumps([meta.server, meta.task, meta.schema, meta.table]).decode()
+        version_key = registration.version_key
         last = store.get(VERSION_NAMESPACE, version_key)
         last_version = last.get("tableVersion") if isinstance(last, Mapping) else None
         if isinstance(last_version, bool) or not isinstance(last_version, int):
@@ -183,7 +310,7 @@ class QlikChangeReader:
         )
         source = SourceInfo(
             connector=self._decoder.format_id,
-            ts_ms=ts_ms,
+            ts_ms=registration.ts_ms,
             fields={
                 "schema_id": meta.schema_id,
                 "table_version": meta.table_version,
@@ -224,7 +351,7 @@ class QlikChangeReader:
                 payload,
             )
         cached = self._tables.get(schema_id)
-        if cached is not None and cached.document == document:
+        if cached is not None and (cached.document is document or cached.document == document):
             return cached
         meta = parse_metadata(document, f"{SCHEMA_NAMESPACE}/{schema_id}", self._fail(payload))
         registered = self._registered(document, meta)
@@ -319,10 +446,18 @@ class QlikChangeReader:
             raise self._decoder.error(
                 f"message.headers.{name}", f"expected hex digits or bytes, found {raw!r:.60}", payload
             )
+        mask = self._masks.get(raw)  # a str and bytes are never equal: each has its entry
+        if mask is not None:
+            return mask
         try:
-            return ColumnMask.parse(raw)
+            mask = ColumnMask.parse(raw)
         except ValueError as exc:
             raise self._decoder.error(f"message.headers.{name}", str(exc), payload) from exc
+        if len(raw) <= _MAX_CACHED_TEXT:  # not a hostile padded one
+            if len(self._masks) >= _SMALL_CACHE_LIMIT:
+                self._masks.clear()
+            self._masks[raw] = mask
+        return mask
 
     def _image(
         self,
@@ -333,24 +468,23 @@ class QlikChangeReader:
         payload: bytes,
     ) -> dict[str, Any]:
         table = registered.table
-        for name in raw:
-            if not table.has(name):
-                meta = registered.metadata
-                raise self._decoder.error(
-                    f"{field}.{name}",
-                    f"column not in table {meta.schema}.{meta.table} version {meta.table_version}"
-                    f" (schema id {meta.schema_id}); known: {', '.join(c.name for c in table.columns[:50])}",
-                    payload,
-                )
+        if not registered.names.issuperset(raw):
+            name = next(name for name in raw if not table.has(name))  # the first unknown one
+            meta = registered.metadata
+            raise self._decoder.error(
+                f"{field}.{name}",
+                f"column not in table {meta.schema}.{meta.table} version {meta.table_version}"
+                f" (schema id {meta.schema_id}); known: {', '.join(c.name for c in table.columns[:50])}",
+                payload,
+            )
         if mask is not None:  # a column whose mask bit is clear is absent, whatever the image holds
-            raw = {
-                col.name: raw[col.name]
-                for qcol, col in zip(registered.metadata.columns, table.columns, strict=True)
-                if col.name in raw and mask.has(qcol.ordinal)
-            }
-        return self._decoder.typed_row(table.columns, raw, field, payload, self._value)
+            bits = mask.bits
+            raw = {name: raw[name] for shift, name in registered.mask_bits if name in raw and bits >> shift & 1}
+        return self._plans.plan(table).typed(raw, field, payload, self._value)
 
     def _value(self, col: Column, raw: Any, field: str, payload: bytes | str | None) -> Any:
+        # The fast converters of the row plans (rowplan.fast_converter, _typed_value_converter)
+        # return what this method does, or leave the cell to it.
         if raw is None:
             return None
         if col.type is ConnectType.BYTES and not col.is_decimal and isinstance(raw, str):
@@ -361,6 +495,17 @@ class QlikChangeReader:
         if isinstance(raw, dt.datetime) and raw.tzinfo is not None and col.logical in _NAIVE_TIMESTAMPS:
             raw = raw.astimezone(dt.UTC).replace(tzinfo=None)
         return self._decoder.coerce(col, raw, field, payload)
+
+    def _changed_columns(self, registered: RegisteredTable, mask: ColumnMask) -> str:
+        """The names of the columns whose bits are set in a change mask, comma-separated."""
+        key = (id(registered), mask.bits)
+        hit = self._changed.get(key)
+        if hit is not None and hit[0] is registered:  # the entry holds the table: its id is not reused
+            return hit[1]
+        by_ordinal = registered.by_ordinal
+        names = ",".join(by_ordinal[k] for k in mask.ordinals() if k in by_ordinal)
+        self._changed.put(key, (registered, names))
+        return names
 
     def _text(self, headers: Mapping[str, Any], name: str, payload: bytes) -> str | None:
         value = headers.get(name)
@@ -379,10 +524,18 @@ class QlikChangeReader:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, str):
+            ms = self._times.get(value)
+            if ms is not None:
+                return ms
             try:
-                return epoch_millis(value)
+                ms = epoch_millis(value)
             except CoercionError as exc:
                 raise self._decoder.error("message.headers.timestamp", str(exc), payload) from exc
+            if len(value) <= _MAX_CACHED_TEXT:  # not a hostile padded one
+                if len(self._times) >= _SMALL_CACHE_LIMIT:
+                    self._times.clear()
+                self._times[value] = ms
+            return ms
         raise self._decoder.error(
             "message.headers.timestamp", f"expected a UTC timestamp string, found {value!r}", payload
         )
@@ -433,13 +586,8 @@ class QlikChangeReader:
             fields["transaction_event_counter"] = counter
         if last_event is not None:
             fields["transaction_last_event"] = last_event
-        by_ordinal = {c.ordinal: c.name for c in meta.columns}
         fields["change_mask"] = change_mask.text if change_mask else None
-        fields["changed_columns"] = (
-            ",".join(by_ordinal[k] for k in change_mask.ordinals() if k in by_ordinal)
-            if change_mask
-            else None
-        )
+        fields["changed_columns"] = self._changed_columns(registered, change_mask) if change_mask else None
         fields["column_mask"] = column_mask.text if column_mask else None
         fields["external_schema_id"] = self._text(headers, "externalSchemaId", payload)
         fields["schema_id"] = meta.schema_id
@@ -479,7 +627,7 @@ class QlikJsonDecoder(Decoder):
         kind = doc.get("type")
         body = doc.get("message")
         if kind == "MD":
-            return self.reader.register(self.reader.parse_metadata(body, payload), payload)
+            return self.reader.register_message(payload, lambda: self.reader.parse_metadata(body, payload))
         if kind == "DT":
             registered = self.reader.resolve(doc.get("messageSchemaId"), payload)
             return self.reader.changes(registered, body, payload)
@@ -569,14 +717,9 @@ class QlikAvroDecoder(Decoder):
         kind = envelope.get("type")
         body_bytes: bytes = envelope.get("message", b"")
         if kind == "MD":
-            schema = self._schema(envelope.get("messageSchema"), "messageSchema", payload)
-            meta = self.reader.parse_metadata(self._read(schema, body_bytes, "message", payload), payload)
-            if meta.data_schema is None:
-                raise self.error(
-                    "message.dataSchema", "expected the Avro schema of the data messages, found none", payload
-                )
-            self._schema(meta.data_schema, "message.dataSchema", payload)
-            return self.reader.register(meta, payload)
+            return self.reader.register_message(
+                payload, lambda: self._metadata(envelope.get("messageSchema"), body_bytes, payload)
+            )
         if kind == "DT":
             registered = self.reader.resolve(envelope.get("messageSchemaId"), payload)
             data_schema = registered.metadata.data_schema
@@ -594,6 +737,17 @@ class QlikAvroDecoder(Decoder):
                 registered, self._read(schema, body_bytes, "message", payload), payload
             )
         raise self.error("type", f"expected 'MD' (metadata) or 'DT' (data), found {kind!r}", payload)
+
+    def _metadata(self, schema_text: Any, body: bytes, payload: bytes) -> QlikTableMetadata:
+        """The validated body of a metadata message, with its Avro schemas."""
+        schema = self._schema(schema_text, "messageSchema", payload)
+        meta = self.reader.parse_metadata(self._read(schema, body, "message", payload), payload)
+        if meta.data_schema is None:
+            raise self.error(
+                "message.dataSchema", "expected the Avro schema of the data messages, found none", payload
+            )
+        self._schema(meta.data_schema, "message.dataSchema", payload)
+        return meta
 
     def _schema(self, text: Any, field: str, payload: bytes) -> Any:
         if not isinstance(text, str) or not text:

@@ -43,8 +43,9 @@ from pydantic import Field, field_validator
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import Decoder, Message
-from transforms.decoders.cache import TableCache
+from transforms.decoders.cache import LruCache, TableCache
 from transforms.decoders.fields import optional_int, optional_scalar, parse_int
+from transforms.decoders.rowplan import RowPlans
 from transforms.envelope import (
     ChangeEvent,
     Event,
@@ -221,7 +222,25 @@ _OPS = {
 _UPDATE_BEFORE = frozenset({"UPDATE BEFORE", "UPD BEFORE"})
 _UPDATE_AFTER = frozenset({"UPDATE AFTER", "UPD AFTER"})
 _DROP_COLUMN = frozenset({"DROP COLUMN", "DROP COL"})
-_KNOWN = ", ".join([*_OPS, *sorted(_UPDATE_BEFORE | _UPDATE_AFTER | _DROP_COLUMN)])
+_OTHER_KINDS = _UPDATE_BEFORE | _UPDATE_AFTER | _DROP_COLUMN
+_KNOWN = ", ".join([*_OPS, *sorted(_OTHER_KINDS)])
+_MAX_CACHED_TIMES = 1024  # entries of the cache of parsed meta times (cleared when full)
+_MAX_CACHED_TIME_CHARS = 64  # longer time texts (padded with spaces) are not cached
+
+_Shape = tuple[str | None, str, tuple[str, ...], tuple[str, ...]]
+
+
+def _op_kind(op_text: str) -> str:
+    """``meta.op`` normalized: upper case, ``_``/``-`` as spaces, runs of spaces as one."""
+    return " ".join(op_text.replace("_", " ").replace("-", " ").upper().split())
+
+
+# the usual spellings of the operations (as written, lower and upper case), already normalized
+_KINDS = {
+    spelling: _op_kind(spelling)
+    for kind in [*_OPS, *_OTHER_KINDS]
+    for spelling in (kind, kind.lower(), kind.replace(" ", "_"), kind.lower().replace(" ", "_"))
+}
 
 
 class ShareplexJsonDecoder(Decoder):
@@ -240,6 +259,14 @@ class ShareplexJsonDecoder(Decoder):
             for table, cols in (opts.column_types or {}).items()
         }
         self._tables = TableCache()
+        # (owner, table, known column names, seen column names) -> (table schema, whether the seen
+        # columns add to the known ones), see _schema
+        self._schemas: LruCache[_Shape, tuple[TableSchema, bool]] = LruCache(
+            4096, 200_000, lambda key, _: len(key[2]) + len(key[3]) + 1
+        )
+        self._plans = RowPlans()
+        # meta time text -> epoch ms: the messages of a transaction share their times
+        self._times: dict[str, int] = {}
 
     # -- fields ----------------------------------------------------------------------------
 
@@ -263,12 +290,20 @@ class ShareplexJsonDecoder(Decoder):
             raise self.error(
                 f"meta.{name}", f"expected a time like '2017-06-16T14:24:34Z', found {value!r:.60}", raw
             )
+        ms = self._times.get(value)
+        if ms is not None:
+            return ms
         try:
-            return epoch_ms(parse_datetime(value))
+            ms = epoch_ms(parse_datetime(value))
         except CoercionError as exc:
             raise self.error(f"meta.{name}", str(exc), raw) from exc
         except (OverflowError, ValueError) as exc:  # a zone offset pushing year 1 or 9999 out of range
             raise self.error(f"meta.{name}", f"time {value!r:.60} is out of range", raw) from exc
+        if len(value) <= _MAX_CACHED_TIME_CHARS:
+            if len(self._times) >= _MAX_CACHED_TIMES:
+                self._times.clear()
+            self._times[value] = ms
+        return ms
 
     # -- decode ----------------------------------------------------------------------------
 
@@ -283,9 +318,9 @@ class ShareplexJsonDecoder(Decoder):
         op_text = meta.get("op")
         if not isinstance(op_text, str):
             raise self.error("meta.op", f"expected the operation as a string, found {op_text!r}", raw)
-        kind = " ".join(op_text.replace("_", " ").replace("-", " ").upper().split())
+        kind = _KINDS.get(op_text) or _op_kind(op_text)
         op = _OPS.get(kind)
-        if op is None and kind not in _UPDATE_BEFORE | _UPDATE_AFTER | _DROP_COLUMN:
+        if op is None and kind not in _OTHER_KINDS:
             raise self.error("meta.op", f"unknown operation {op_text!r}; expected one of {_KNOWN}", raw)
 
         owner, table = self._names(meta, message, raw)
@@ -296,12 +331,17 @@ class ShareplexJsonDecoder(Decoder):
         seq = optional_int(self, meta, "seq", raw, where="meta.")
         trans = optional_scalar(self, meta, "trans", raw, where="meta.")
         rowid = optional_scalar(self, meta, "rowid", raw, where="meta.")
-        fields: dict[str, Any] = {}
-        for name in ("scn", "rowid", "userid", "trans", "seq", "size", "idx", "posttime"):
-            reader = optional_int if name in ("seq", "size") else optional_scalar
-            value = reader(self, meta, name, raw, where="meta.")
-            if value is not None:
-                fields[name] = value
+        kept = (
+            ("scn", scn),
+            ("rowid", rowid),
+            ("userid", optional_scalar(self, meta, "userid", raw, where="meta.")),
+            ("trans", trans),
+            ("seq", seq),
+            ("size", optional_int(self, meta, "size", raw, where="meta.")),
+            ("idx", optional_scalar(self, meta, "idx", raw, where="meta.")),
+            ("posttime", optional_scalar(self, meta, "posttime", raw, where="meta.")),
+        )
+        fields = {name: value for name, value in kept if value is not None}
         ts_ms = self._time_ms(meta, "time", raw)
         post_ms = self._time_ms(meta, "posttime", raw)
         sequence = f"{scn_number:020d}:{seq:010d}" if scn_number is not None and seq is not None else None
@@ -314,17 +354,17 @@ class ShareplexJsonDecoder(Decoder):
 
         data = self._section(doc, "data", raw, required=op is not Operation.TRUNCATE)
         key = self._section(doc, "key", raw, required=False)
-        before_key = f"{qualified}\x1f{trans}\x1f{rowid if rowid is not None else ''}"
         if kind in _UPDATE_BEFORE:
             row = {**(key or {}), **(data or {})}
             self._image(self._schema(owner, table, qualified, list(row), True, raw), row, "data", raw)
-            self.metadata.put(_BEFORE_NS, before_key, row)
+            self.metadata.put(_BEFORE_NS, self._before_key(qualified, trans, rowid), row)
             return []
 
         before_raw: dict[str, Any] | None
         after_raw: dict[str, Any] | None
         if kind in _UPDATE_AFTER:
             op = Operation.UPDATE
+            before_key = self._before_key(qualified, trans, rowid)
             remembered = self.metadata.get(_BEFORE_NS, before_key)
             before_raw = remembered if isinstance(remembered, dict) else None
             if before_raw is not None:
@@ -346,6 +386,11 @@ class ShareplexJsonDecoder(Decoder):
         before = self._image(schema, before_raw, "key" if op is Operation.UPDATE else "data", raw)
         after = self._image(schema, after_raw, "data", raw)
         return [ChangeEvent(op, schema, before, after, source, tx, ts_ms=post_ms)]
+
+    @staticmethod
+    def _before_key(qualified: str, trans: Any, rowid: Any) -> str:
+        """Where an UPDATE BEFORE row waits for its UPDATE AFTER in the metadata store."""
+        return f"{qualified}\x1f{trans}\x1f{rowid if rowid is not None else ''}"
 
     def _names(self, meta: Mapping[str, Any], message: Message, raw: bytes) -> tuple[str | None, str]:
         name = meta.get("table")
@@ -371,26 +416,40 @@ class ShareplexJsonDecoder(Decoder):
     def _schema(
         self, owner: str | None, table: str, qualified: str, seen: list[str], track: bool, raw: bytes
     ) -> TableSchema:
-        declared = self._declared.get(qualified.upper()) or self._declared.get("*") or ()
         known = self._known_columns(qualified)
+        # the schema, and whether ``seen`` adds columns to the known ones, depend on the table's
+        # name (which finds the declared types and the key, options) and the column names only
+        shape = (owner, table, tuple(known), tuple(seen))
+        hit = self._schemas.get(shape)
+        if hit is None:
+            hit = self._build_schema(owner, table, qualified, known, seen, raw)
+            self._schemas.put(shape, hit)
+        schema, grows = hit
+        if grows and track and self._opts.track_columns:
+            self.metadata.put(_COLUMNS_NS, qualified.upper(), list(dict.fromkeys([*known, *seen])))
+        return schema
+
+    def _build_schema(
+        self, owner: str | None, table: str, qualified: str, known: list[str], seen: list[str], raw: bytes
+    ) -> tuple[TableSchema, bool]:
+        """The table schema, and whether ``seen`` has columns that ``known`` lacks."""
+        declared = self._declared.get(qualified.upper()) or self._declared.get("*") or ()
         names = dict.fromkeys([*(c.name for c in declared), *known, *seen])
         if len(names) > _MAX_TRACKED_COLUMNS:
             raise self.error(
                 "data", f"{qualified} would have {len(names)} columns, more than {_MAX_TRACKED_COLUMNS}", raw
             )
-        if track and self._opts.track_columns:
-            tracked = dict.fromkeys([*known, *seen])
-            if len(tracked) > len(known):
-                self.metadata.put(_COLUMNS_NS, qualified.upper(), list(tracked))
         by_name = {c.name: c for c in declared}
         columns = tuple(by_name.get(n) or Column(n, ConnectType.STRING) for n in names)
         key = self._keys.get(qualified.upper()) or self._keys.get("*") or ()
-        return self._tables.intern(TableSchema(owner, None, table, columns, key))
+        schema = self._tables.intern(TableSchema(owner, None, table, columns, key))
+        return schema, len(dict.fromkeys([*known, *seen])) > len(known)
 
     def _image(
         self, schema: TableSchema, row: Mapping[str, Any] | None, where: str, raw: bytes
     ) -> dict[str, Any] | None:
-        return None if row is None else self.typed_row(schema.columns, row, where, raw, self._value)
+        # the default fast converters fit _value: they take no dict or list, and none for BYTES
+        return None if row is None else self._plans.plan(schema).typed(row, where, raw, self._value)
 
     def _value(self, col: Column, value: Any, field: str, raw: bytes | str | None) -> Any:
         if isinstance(value, dict | list):
