@@ -60,6 +60,11 @@ __all__ = [
     "version",
 ]
 
+# The per-change value objects (TransactionRef, SourceInfo, ChangeEvent, RowEvent, OutRecord) are
+# treated as immutable (transforms derive new ones with dataclasses.replace) but are not frozen:
+# a frozen dataclass sets every field through object.__setattr__, which made building them ~4x
+# slower (1.0 vs 0.27 µs each), and every decoded row builds several.
+
 BEFORE = "before"
 AFTER = "after"
 SOURCE = "source"
@@ -107,7 +112,7 @@ class TransactionStatus(StrEnum):
     END = "END"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TransactionRef:
     """The ``transaction`` block of a change: id plus the event's order within it."""
 
@@ -116,7 +121,7 @@ class TransactionRef:
     data_collection_order: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SourceInfo:
     """The ``source`` block, minus the table names (those come from :class:`TableSchema`).
 
@@ -132,7 +137,7 @@ class SourceInfo:
     fields: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ChangeEvent:
     """One row change, with Python-typed images (see :mod:`transforms.values`).
 
@@ -184,7 +189,7 @@ class TransactionEvent:
     topic: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RowEvent:
     """A flat row produced by the unwrap transform (ExtractNewRecordState style).
 
@@ -222,7 +227,7 @@ class EmitOptions:
     transaction_topic: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OutRecord:
     """A Kafka record ready to send: ``key``/``value`` are JSON-ready (or ``None``)."""
 
