@@ -22,6 +22,7 @@ __all__ = [
     "OutputProducer",
     "Record",
     "RecordBatchBuilder",
+    "RecordQueue",
     "key_partition",
     "murmur2",
     "murmur2_many",
@@ -190,7 +191,29 @@ class Output(Protocol):
         """Deliver what was sent and release the client (at shutdown, after the last send)."""
 
 
-class BatchedOutput:
+class RecordQueue:
+    """The output records of the source batch being processed, per topic, until :meth:`take`."""
+
+    def __init__(self) -> None:
+        self._records: dict[str, list[Record]] = {}
+        self.pending = 0
+
+    def append(self, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]] = ()) -> None:
+        """Queue one record (no I/O)."""
+        records = self._records.get(topic)
+        if records is None:
+            records = self._records[topic] = []
+        # both producers take the headers as a list (aiokafka's C record builder needs one)
+        records.append((key, value, headers if type(headers) is list else list(headers)))
+        self.pending += 1
+
+    def take(self) -> dict[str, list[Record]]:
+        """The records appended since the last :meth:`take`, per topic (for a later ``send``)."""
+        queued, self._records, self.pending = self._records, {}, 0
+        return queued
+
+
+class BatchedOutput(RecordQueue):
     """Collects the output records of a source batch per topic and sends them as batches.
 
     :meth:`append` only queues (no I/O); :meth:`take` hands the queued records over. :meth:`send`
@@ -204,23 +227,9 @@ class BatchedOutput:
     """
 
     def __init__(self, producer: OutputProducer) -> None:
+        super().__init__()
         self._producer = producer
         self._sticky: dict[str, int] = {}
-        self._records: dict[str, list[Record]] = {}
-        self.pending = 0
-
-    def append(self, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]] = ()) -> None:
-        records = self._records.get(topic)
-        if records is None:
-            records = self._records[topic] = []
-        # aiokafka's record builder (C) takes a list
-        records.append((key, value, headers if type(headers) is list else list(headers)))
-        self.pending += 1
-
-    def take(self) -> dict[str, list[Record]]:
-        """The records appended since the last :meth:`take`, per topic (for a later :meth:`send`)."""
-        queued, self._records, self.pending = self._records, {}, 0
-        return queued
 
     async def send(self, queued: dict[str, list[Record]] | None = None) -> list[Awaitable[Any]]:
         """Hand ``queued`` (default: every record appended so far) to the producer; the futures

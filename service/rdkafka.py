@@ -28,10 +28,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
-from service.output import Record
+from service.output import Record, RecordQueue
 
 __all__ = ["RdKafkaOutput", "producer_config"]
 
@@ -77,7 +77,7 @@ class _Delivery:
             self.future.set_result(None)
 
 
-class RdKafkaOutput:
+class RdKafkaOutput(RecordQueue):
     """Collects a source batch's output records and produces them with confluent-kafka.
 
     The same interface as :class:`service.output.BatchedOutput`: :meth:`append` only queues,
@@ -86,25 +86,12 @@ class RdKafkaOutput:
     """
 
     def __init__(self, config: Mapping[str, Any]) -> None:
+        super().__init__()
         self._config = dict(config)
         self._producer: Any = None
-        self._records: dict[str, list[Record]] = {}
         self._poller: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
-        self.pending = 0
         self.unacked = 0
-
-    def append(self, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]] = ()) -> None:
-        records = self._records.get(topic)
-        if records is None:
-            records = self._records[topic] = []
-        records.append((key, value, headers if type(headers) is list else list(headers)))
-        self.pending += 1
-
-    def take(self) -> dict[str, list[Record]]:
-        """The records appended since the last :meth:`take`, per topic (for a later :meth:`send`)."""
-        queued, self._records, self.pending = self._records, {}, 0
-        return queued
 
     def _client(self) -> Any:
         if self._producer is None:
