@@ -171,7 +171,7 @@ class EntryRuntime:
         return self.entry.format
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Outcome:
     """What one source message turned into: records, or a dead letter (also a record)."""
 
