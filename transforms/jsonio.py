@@ -9,6 +9,7 @@ caller turns into a DecodeError naming the field.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import orjson
@@ -48,17 +49,107 @@ def check_depth(value: Any, max_depth: int) -> int:
     return depth
 
 
-def _within_depth(value: Any, levels_left: int) -> bool:
-    """Whether ``value`` (a container at the current level) nests no deeper than allowed.
+def _depth_within(value: Any, max_depth: int) -> int | None:
+    """The nesting depth of ``value`` (a parsed container), or ``None`` past ``max_depth``.
 
-    ``levels_left`` counts the levels still allowed below the current one. Recursion depth is
-    bounded by the limit, and orjson only produces ``dict``/``list`` containers.
+    Level by level, so that there is no call per container; orjson only produces ``dict`` and
+    ``list`` containers.
     """
-    for item in value.values() if type(value) is dict else value:
-        kind = type(item)
-        if (kind is dict or kind is list) and (levels_left <= 0 or not _within_depth(item, levels_left - 1)):
+    dicts: list[dict[str, Any]] = [value] if type(value) is dict else []
+    lists: list[list[Any]] = [] if dicts else [value]
+    depth = 0
+    while dicts or lists:
+        depth += 1
+        if depth > max_depth:
+            return None
+        next_dicts: list[dict[str, Any]] = []
+        next_lists: list[list[Any]] = []
+        add_dict, add_list = next_dicts.append, next_lists.append
+        for container in dicts:
+            for item in container.values():
+                kind = type(item)
+                if kind is dict:
+                    add_dict(item)
+                elif kind is list:
+                    add_list(item)
+        for items in lists:
+            for item in items:
+                kind = type(item)
+                if kind is dict:
+                    add_dict(item)
+                elif kind is list:
+                    add_list(item)
+        dicts, lists = next_dicts, next_lists
+    return depth
+
+
+class _MemberDepths:
+    """The nesting depths of recently checked object members, by their exact JSON text.
+
+    A message that embeds a large structure that repeats from message to message (a Kafka
+    Connect schema: hundreds of containers) would otherwise be walked in full every time. The
+    text determines the structure, so a remembered depth is exact for any member that
+    serializes to the same text. Bounded by entries and total bytes (least recently used first).
+    """
+
+    def __init__(self, max_entries: int = 1024, max_bytes: int = 16 * 1024 * 1024) -> None:
+        self._depths: OrderedDict[bytes, int] = OrderedDict()
+        self._max_entries = max_entries
+        self._max_bytes = max_bytes
+        self._bytes = 0
+
+    def get(self, text: bytes) -> int | None:
+        depth = self._depths.get(text)
+        if depth is not None:
+            self._depths.move_to_end(text)
+        return depth
+
+    def put(self, text: bytes, depth: int) -> None:
+        if len(text) > self._max_bytes // 8 or text in self._depths:
+            return
+        self._depths[text] = depth
+        self._bytes += len(text)
+        while len(self._depths) > self._max_entries or self._bytes > self._max_bytes:
+            dropped, _ = self._depths.popitem(last=False)
+            self._bytes -= len(dropped)
+
+
+_MEMBER_DEPTHS = _MemberDepths()
+
+
+def _member_within(member: Any, max_depth: int) -> bool:
+    """Whether an object member (a container) nests no deeper than ``max_depth``.
+
+    Its JSON text bounds its depth by its openers, else its remembered depth decides, else it is
+    walked (and its depth remembered).
+    """
+    try:
+        text = orjson.dumps(member)
+    except orjson.JSONEncodeError:  # e.g. nested beyond orjson's serializer: walk it
+        return _depth_within(member, max_depth) is not None
+    depth = _MEMBER_DEPTHS.get(text)
+    if depth is None:
+        if text.count(b"{") + text.count(b"[") <= max_depth:
+            return True
+        depth = _depth_within(member, max_depth)
+        if depth is None:
             return False
-    return True
+        _MEMBER_DEPTHS.put(text, depth)
+    return depth <= max_depth
+
+
+def _within_depth(value: Any, max_depth: int) -> bool:
+    """Whether a parsed container nests no deeper than ``max_depth`` (at least 1).
+
+    An object is checked member by member (see :func:`_member_within`), anything else walked.
+    """
+    if type(value) is dict and max_depth > 1:
+        for member in value.values():
+            kind = type(member)
+            if (kind is dict or kind is list) and not _member_within(member, max_depth - 1):
+                return False
+        return True
+    return _depth_within(value, max_depth) is not None
 
 
 def loads_limited(
@@ -81,13 +172,15 @@ def loads_limited(
         raise JsonLimitError(f"invalid JSON: {exc}") from exc
     if not isinstance(value, dict | list):
         return value
-    # orjson itself refuses nesting beyond 1024; walk the document only when it could be deeper
-    # than the limit (counting openers is a cheap upper bound on the depth).
+    # orjson itself refuses nesting beyond 1024; look at the document only when it could be
+    # deeper than the limit: counting openers is a cheap upper bound on the depth. (The '['
+    # are not counted when there is none, which find tells with a memchr, or when the '{' alone
+    # exceed the limit.)
     raw = data.encode() if isinstance(data, str) else data
-    if raw.count(b"{") + raw.count(b"[") <= max_depth:
+    openers = raw.count(b"{")
+    if openers <= max_depth and (raw.find(b"[") < 0 or openers + raw.count(b"[") <= max_depth):
         return value
-    # the recursive walk is the fast one; its recursion is bounded by the limit
-    if 1 <= max_depth <= 256 and _within_depth(value, max_depth - 1):
+    if max_depth >= 1 and _within_depth(value, max_depth):
         return value
     try:
         check_depth(value, max_depth)
