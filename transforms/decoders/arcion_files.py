@@ -62,6 +62,7 @@ from transforms.decoders.arcion_rows import (
     ArcionFileOptions,
     ArcionRowBuilder,
     Exists,
+    exists_code,
     split_table_name,
 )
 from transforms.decoders.base import Decoder, Message
@@ -240,16 +241,20 @@ class ArcionCsvDecoder(Decoder):
                 f"{','.join(known)}, found {n}",
                 data,
             )
-        cells = [
-            (fields[3 * i], fields[3 * i + 1], self._rows.exists(fields[3 * i + 2], f"exists.{col}", data))
-            for i, col in enumerate(known)
-        ]
+        cells = []
+        for i, col in enumerate(known):
+            raw_code = fields[3 * i + 2]
+            code = exists_code(raw_code)
+            if code is None:
+                code = self._rows.exists(raw_code, f"exists.{col}", data)
+            cells.append((fields[3 * i], fields[3 * i + 1], code))
         return self._rows.change_event(
             table, fields[3 * x], cells, fields[3 * x + 1], fields[3 * x + 2], CSV_FIELDS, data
         )
 
 
 _REALTIME_PARTS = ("exists", "before", "after", "tableName")
+_NO_CODE: Any = object()
 
 
 class ArcionJsonDecoder(Decoder):
@@ -345,26 +350,26 @@ class ArcionJsonDecoder(Decoder):
             raise self.error("exists", f"expected an object of exists codes, found {found}", data)
         before, after = self._image(doc, "before", data), self._image(doc, "after", data)
         for image_name, image in (("before", before), ("after", after)):
-            unknown = next((c for c in image if c not in exists), None)
-            if unknown is not None:
-                raise self.error(
-                    f"exists.{unknown}", f"no exists code for the {image_name} column {unknown!r}", data
-                )
+            if image.keys() <= exists.keys():
+                continue
+            unknown = next(c for c in image if c not in exists)
+            raise self.error(f"exists.{unknown}", f"no exists code for the {image_name} column {unknown!r}", data)
         columns = self._ordered(list(exists), "exists.", data)
         table = self._rows.table(db, schema, name, columns, data)
         cells: list[tuple[Any, Any, Exists]] = []
         for col in columns:
-            code = self._rows.exists(exists[col], f"exists.{col}", data) if col in exists else Exists.ABSENT
-            for present, image, image_name in (
-                (code.in_new, after, "after"),
-                (code.in_old, before, "before"),
-            ):
-                if present and col not in image:
-                    raise self.error(
-                        f"{image_name}.{col}",
-                        f"exists code {int(code)} puts the column in {image_name}, but it is missing",
-                        data,
-                    )
+            raw_code = exists.get(col, _NO_CODE)
+            code = exists_code(raw_code)
+            if code is None:
+                code = Exists.ABSENT if raw_code is _NO_CODE else self._rows.exists(raw_code, f"exists.{col}", data)
+            # a column the code puts in an image must be there (after before before)
+            if (code & 1 and col not in after) or (code & 2 and col not in before):
+                image_name = "after" if code & 1 and col not in after else "before"
+                raise self.error(
+                    f"{image_name}.{col}",
+                    f"exists code {int(code)} puts the column in {image_name}, but it is missing",
+                    data,
+                )
             cells.append((after.get(col), before.get(col), code))
         return self._rows.change_event(
             table, doc.get("opType"), cells, doc.get("cursor"), doc.get("operationcount"), JSON_FIELDS, data

@@ -45,7 +45,7 @@ Values carry no type metadata: they stay strings unless ``column.types`` declare
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import lru_cache
@@ -72,6 +72,7 @@ __all__ = [
     "Exists",
     "RowFieldNames",
     "column_for_type",
+    "exists_code",
     "split_table_name",
 ]
 
@@ -89,11 +90,26 @@ class Exists(IntEnum):
 
     @property
     def in_new(self) -> bool:
-        return self in (Exists.NEW, Exists.BOTH)
+        return bool(self & Exists.NEW)  # NEW or BOTH (bit 0)
 
     @property
     def in_old(self) -> bool:
-        return self in (Exists.OLD, Exists.BOTH)
+        return bool(self & Exists.OLD)  # OLD or BOTH (bit 1)
+
+
+_EXISTS_TEXTS = {str(int(code)): code for code in Exists}
+_EXISTS_INTS = {int(code): code for code in Exists}
+
+
+def exists_code(raw: Any) -> Exists | None:
+    """The exists code of a plain ``"0"``..``"3"`` or ``0``..``3`` (no blanks, not a bool), else None
+    (:meth:`ArcionRowBuilder.exists` decides)."""
+    kind = type(raw)
+    if kind is str:
+        return _EXISTS_TEXTS.get(raw)
+    if kind is int:
+        return _EXISTS_INTS.get(raw)
+    return None
 
 
 _OPERATIONS = {
@@ -285,19 +301,37 @@ _RESERVED_FIELDS = frozenset(
 
 
 def _snake(key: str) -> str:
-    # cursor and count members repeat in every row: short names are remembered
-    return _short_snake(key) if len(key) <= _MAX_CACHED_NAME else _to_snake(key)
-
-
-def _to_snake(key: str) -> str:
     return _NON_WORD_RE.sub("_", _SNAKE_RE.sub("_", key)).strip("_").lower()
 
 
+def _to_cursor_name(key: str) -> str:
+    """The source field name of a cursor member."""
+    name = _CURSOR_RENAMES.get(key) or _snake(key) or "cursor_member"
+    return f"cursor_{name}" if name in _RESERVED_FIELDS else name
+
+
+def _to_count_name(key: str) -> str:
+    """The source field name of an operation count."""
+    name = _snake(key) or "count"
+    return f"count_{name}" if name in _RESERVED_FIELDS else name
+
+
+def _remembered(name_of: Callable[[str], str]) -> Callable[[str], str]:
+    """``name_of`` with the names of short keys remembered (cursor and count members repeat in
+    every row)."""
+    cached = lru_cache(maxsize=1024)(name_of)
+    return lambda key: cached(key) if len(key) <= _MAX_CACHED_NAME else name_of(key)
+
+
 _MAX_CACHED_NAME = 64
-_short_snake = lru_cache(maxsize=1024)(_to_snake)
+_cursor_name = _remembered(_to_cursor_name)
+_count_name = _remembered(_to_count_name)
+_SCALARS = (str, int, float)  # (bool is an int)
 
 
 def _is_count(value: Any) -> bool:
+    if type(value) is int:  # the common case
+        return value >= 0
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
@@ -314,6 +348,7 @@ class ArcionRowBuilder:
         self.options = options
         self.null_literal = options.null_literal if options.null_literal is not None else null_literal
         self._types = {name: column_for_type(name, spec) for name, spec in options.column_types.items()}
+        self._option_table = split_table_name(options.table) if options.table is not None else None
         self._tables: dict[tuple[str | None, str | None, str, tuple[str, ...]], TableSchema] = {}
         # id(table) -> (table, a fast converter per column): see _converters
         self._fast: dict[int, tuple[TableSchema, tuple[FastConverter, ...]]] = {}
@@ -324,9 +359,9 @@ class ArcionRowBuilder:
     # -- tables ----------------------------------------------------------------------------------
 
     def table_from_option(self, payload: bytes | str) -> tuple[str | None, str | None, str]:
-        if self.options.table is None:
+        if self._option_table is None:
             raise self.error("table", "no table name: set the table option (table=db.table)", payload)
-        return split_table_name(self.options.table)
+        return self._option_table
 
     def table(
         self, db: str | None, schema: str | None, name: str, columns: Sequence[str], payload: bytes | str
@@ -370,6 +405,8 @@ class ArcionRowBuilder:
             raise self.error(field, str(exc), payload) from exc
 
     def exists(self, raw: Any, field: str, payload: bytes | str) -> Exists:
+        """The exists code of ``raw`` (blanks around a text are ignored); a DecodeError naming
+        ``field`` otherwise. :func:`exists_code` is the fast path of the plain codes."""
         text = raw.strip() if isinstance(raw, str) else raw
         if isinstance(text, str) and text in ("0", "1", "2", "3"):
             return Exists(int(text))
@@ -430,14 +467,14 @@ class ArcionRowBuilder:
         converters = self._converters(table)
         for col, fast, (new, old, exists) in zip(table.columns, converters, cells, strict=True):
             name = col.name
-            if exists.in_new:
+            if exists & 1:  # in_new
                 try:
                     after[name] = fast(new)
                 except Exception:  # any failure: value() decides (and builds the field path)
                     after[name] = self.value(col, new, f"{names.new}.{name}", payload)
             else:
                 after[name] = UNAVAILABLE
-            if exists.in_old:
+            if exists & 2:  # in_old
                 has_old = True
                 try:
                     before[name] = fast(old)
@@ -492,12 +529,8 @@ class ArcionRowBuilder:
             ts_ms = members.get("timestamp")
             extracted_ms = members.get("extractionTimestamp")
             for key, value in members.items():
-                if key == "timestamp" or not isinstance(value, str | int | float | bool):
-                    continue
-                name = _CURSOR_RENAMES.get(key) or _snake(key) or "cursor_member"
-                if name in _RESERVED_FIELDS:
-                    name = f"cursor_{name}"
-                fields.setdefault(name, value)
+                if key != "timestamp" and isinstance(value, _SCALARS):
+                    fields.setdefault(_cursor_name(key), value)
             dsc, mut = members.get("dscId"), members.get("mutId")
             log, position = members.get("log"), members.get("position")
             if dsc is not None and mut is not None:
@@ -515,8 +548,7 @@ class ArcionRowBuilder:
                         f"expected a non-negative integer count, found {value!r}",
                         payload,
                     )
-                name = _snake(key) or "count"
-                fields.setdefault(name if name not in _RESERVED_FIELDS else f"count_{name}", value)
+                fields.setdefault(_count_name(key), value)
         source = SourceInfo(
             connector=self.format_id,
             ts_ms=ts_ms,

@@ -28,25 +28,26 @@ ordinary data messages too, so it alone does not make a heartbeat; it is kept as
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from pydantic import Field
 
-from transforms.connect import Column, ConnectType, TableSchema
+from transforms.connect import Column, ConnectType
 from transforms.decoders.base import Decoder, Message, coerce_checked
+from transforms.decoders.cache import LruCache
 from transforms.decoders.connect_json import (
     ConnectEnvelopeReader,
     EnvelopeKey,
     FieldError,
     JsonLimits,
+    RowLayout,
     TableName,
-    decode_row,
-    infer_columns,
+    by_content,
     position_sequence,
     read_connect_message,
     struct_field_schemas,
 )
+from transforms.decoders.rowplan import FastConverter, fast_converter
 from transforms.envelope import ChangeEvent, Event, Operation, SnapshotMarker, SourceInfo, TransactionRef
 from transforms.metadata import MetadataStore
 from transforms.options import FormatOptions
@@ -106,6 +107,16 @@ def _text(payload: Mapping[str, Any], name: str, required: bool = False) -> str 
     return value
 
 
+_UniqueColumn = tuple[Column, Column, FastConverter | None]
+"""A row column as ``unique`` names it: as declared, as a (non-optional) key column, and a fast
+converter equal to ``coerce_checked`` where it returns (see rowplan)."""
+
+
+def _unique_columns(layout: RowLayout) -> dict[str, _UniqueColumn]:
+    """The row columns of a layout by name, for typing ``unique`` (derived once per layout)."""
+    return {c.name: (c, c.as_optional(False), fast_converter(c)) for c in layout.columns}
+
+
 def _lob_columns(raw: Any) -> frozenset[str]:
     if raw is None:
         return frozenset()
@@ -130,6 +141,10 @@ class CdlJsonDecoder(Decoder):
         self._database = opts.database
         limits = JsonLimits(opts.max_message_bytes, opts.max_json_depth)
         self._reader = ConnectEnvelopeReader(FORMAT_ID, column_map=cdl_column, limits=limits)
+        # a message_version 1.0 schema's JSON text -> (the layout of its data/before struct or None,)
+        self._v1_schemas: LruCache[bytes, tuple[RowLayout | None]] = LruCache(
+            1024, 64 * 1024 * 1024, lambda key, _: len(key)
+        )
 
     def decode(self, message: Message) -> list[Event]:
         return read_connect_message(self, message, self._decode)
@@ -161,9 +176,7 @@ class CdlJsonDecoder(Decoder):
             return False
         return table in self._heartbeats or f"{schema_name}.{table}" in self._heartbeats
 
-    def _unique(
-        self, payload: Mapping[str, Any], schema: Any, columns: tuple[Column, ...]
-    ) -> EnvelopeKey | None:
+    def _unique(self, payload: Mapping[str, Any], schema: Any, layout: RowLayout) -> EnvelopeKey | None:
         """The key from ``unique``: its names and typed values (or the schema's unique struct)."""
         unique = payload.get("unique")
         if unique is not None and not isinstance(unique, dict):
@@ -175,17 +188,28 @@ class CdlJsonDecoder(Decoder):
                 names = list(struct_field_schemas(sub, "schema.unique"))
         if not names:
             return None
-        by_name = {c.name: c for c in columns}
+        by_name = layout.derived(_unique_columns)
         key_cols = []
         values: dict[str, Any] = {}
+        fast: FastConverter | None
         for name in names:
-            col = by_name.get(name)
-            if col is None:
+            known = by_name.get(name)
+            if known is None:
                 col = infer_column(name, (unique or {}).get(name))
-            key_cols.append(col.as_optional(False))
+                key_col, fast = col.as_optional(False), None
+            else:
+                col, key_col, fast = known
+            key_cols.append(key_col)
             if unique and name in unique:
+                raw = unique[name]
+                if fast is not None:
+                    try:
+                        values[name] = fast(raw)
+                        continue
+                    except Exception:  # the full conversion decides
+                        pass
                 try:
-                    values[name] = coerce_checked(col, unique[name])
+                    values[name] = coerce_checked(col, raw)
                 except CoercionError as exc:
                     raise FieldError(f"unique.{name}", str(exc)) from exc
         return EnvelopeKey(tuple(key_cols), values if unique else None)
@@ -205,16 +229,15 @@ class CdlJsonDecoder(Decoder):
         for name, image in (("data", data), ("before", before)):
             if image is not None and not isinstance(image, dict):
                 raise FieldError(name, f"expected an object or null, found {type(image).__name__}")
-        columns = self._v1_columns(schema, data, before)
+        layout = self._v1_layout(schema, data, before)
         lobs = _lob_columns(payload.get("LOB_COLUMNS"))
-        have = {c.name for c in columns}
-        columns = columns + tuple(Column(n, ConnectType.STRING) for n in sorted(lobs - have))
-        key = self._unique(payload, schema, columns)
+        layout = self._extended(layout, tuple(Column(n, ConnectType.STRING) for n in sorted(lobs - layout.names)))
+        key = self._unique(payload, schema, layout)
         if key is not None:
-            missing = [c for c in key.columns if c.name not in {c.name for c in columns}]
-            columns = columns + tuple(missing)
-        after_row = decode_row(columns, data, "data") if data else None
-        before_row = decode_row(columns, before, "before") if before else None
+            layout = self._extended(layout, tuple(c for c in key.columns if c.name not in layout.names))
+        columns = layout.columns
+        after_row = layout.decode(data, "data") if data else None
+        before_row = layout.decode(before, "before") if before else None
         if op in (Operation.CREATE, Operation.UPDATE) and after_row is None:
             raise FieldError("data", f"OPERATION {raw_op} needs a 'data' image")
         if op is Operation.CREATE:
@@ -242,8 +265,8 @@ class CdlJsonDecoder(Decoder):
             sequence=position_sequence(properties),
             fields=fields,
         )
-        table = self._reader.table(
-            TableSchema(self._database, seg_owner, table_name, columns, key.names if key is not None else ())
+        table = self._reader.layout_table(
+            layout, self._database, seg_owner, table_name, key.names if key is not None else ()
         )
         return [
             ChangeEvent(
@@ -256,16 +279,24 @@ class CdlJsonDecoder(Decoder):
             )
         ]
 
-    def _v1_columns(
-        self, schema: Any, data: dict[str, Any] | None, before: dict[str, Any] | None
-    ) -> tuple[Column, ...]:
+    def _extended(self, layout: RowLayout, extra: tuple[Column, ...]) -> RowLayout:
+        return self._reader.extended_layout(layout, extra) if extra else layout
+
+    def _v1_layout(self, schema: Any, data: dict[str, Any] | None, before: dict[str, Any] | None) -> RowLayout:
+        """The row layout from the schema's ``data`` (else ``before``) struct, else inferred."""
         if isinstance(schema, dict):
-            fields = struct_field_schemas(schema)
-            for name in ("data", "before"):
-                sub = fields.get(name)
-                if isinstance(sub, dict) and sub.get("type") == "struct":
-                    return self._reader.struct_columns(sub, f"schema.{name}")
-        return infer_columns(data, before)
+            (layout,) = by_content(self._v1_schemas, schema, self._read_v1_schema)
+            if layout is not None:
+                return layout
+        return self._reader.inferred_layout(data, before)
+
+    def _read_v1_schema(self, schema: Any) -> tuple[RowLayout | None]:
+        fields = struct_field_schemas(schema)
+        for name in ("data", "before"):
+            sub = fields.get(name)
+            if isinstance(sub, dict) and sub.get("type") == "struct":
+                return (self._reader.struct_layout(sub, f"schema.{name}"),)
+        return (None,)
 
     @staticmethod
     def _properties(raw: Any) -> dict[str, Any]:
@@ -302,12 +333,12 @@ class CdlJsonDecoder(Decoder):
                 return []
         before = self._reader.image(payload.get("before"), "before")
         after = self._reader.image(payload.get("after"), "after")
-        columns, _ = self._reader.row_columns(schema, before, after)
+        layout = self._reader.row_layout(schema, before, after)
         lobs = _lob_columns(payload.get("LOB_COLUMNS"))
         event = self._reader.read(
             payload,
             schema,
-            key=self._unique(payload, schema, columns),
+            key=self._unique(payload, schema, layout),
             fallback=TableName(None, None, None),
             extra_source=self._message_fields(payload, lobs),
             absent_columns=lobs,
@@ -315,5 +346,5 @@ class CdlJsonDecoder(Decoder):
         if event is None:
             return []
         if event.transaction is None and event.source.fields.get("txId") is not None:
-            event = replace(event, transaction=TransactionRef(str(event.source.fields["txId"])))
+            event.transaction = TransactionRef(str(event.source.fields["txId"]))
         return [event]

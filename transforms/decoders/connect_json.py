@@ -60,6 +60,7 @@ __all__ = [
     "RowLayout",
     "TableName",
     "TopicTables",
+    "by_content",
     "column_from_schema",
     "columns_from_struct",
     "decode_row",
@@ -386,12 +387,25 @@ class RowLayout:
     so a message of a known table neither rebuilds nor hashes its columns.
     """
 
-    __slots__ = ("_plan", "columns", "names")
+    __slots__ = ("_derived", "_plan", "columns", "names")
 
     def __init__(self, columns: tuple[Column, ...]) -> None:
         self.columns = columns
         self.names = frozenset(c.name for c in columns)
         self._plan = RowPlan(columns, _fast_decoder)
+        self._derived: dict[Callable[[RowLayout], Any], Any] = {}
+
+    def derived(self, build: Callable[[RowLayout], T]) -> T:
+        """``build(self)``, computed once per layout: what a decoder derives from the columns.
+
+        Results are kept by ``build``, which must therefore be a module-level function (not a
+        closure made per call).
+        """
+        try:
+            value: T = self._derived[build]
+        except KeyError:
+            value = self._derived[build] = build(self)
+        return value
 
     def decode(self, row: Mapping[str, Any], where: str) -> dict[str, Any]:
         """``decode_row(self.columns, row, where)``."""
@@ -732,6 +746,23 @@ def parse_json_key(
     return EnvelopeKey(tuple(columns), values)
 
 
+def by_content(cache: LruCache[bytes, V], schema: Any, build: Callable[[Any], V], salt: bytes = b"") -> V:
+    """``build(schema)``, cached by the schema's JSON text (exact: ``1``, ``1.0`` and ``true``
+    differ) plus ``salt``. Failures are not cached: the next message raises them again.
+
+    ``build`` must not return None (a cache miss); wrap such results (a 1-tuple).
+    """
+    try:
+        key = orjson.dumps(schema) + salt
+    except orjson.JSONEncodeError:
+        return build(schema)
+    value = cache.get(key)
+    if value is None:
+        value = build(schema)
+        cache.put(key, value)
+    return value
+
+
 def read_connect_message(
     decoder: Decoder, message: Message, read: Callable[[Any, dict[str, Any]], list[Event]]
 ) -> list[Event]:
@@ -768,6 +799,7 @@ _OPS = {op.value: op for op in Operation}
 _SCHEMA_CACHE_BYTES = 64 * 1024 * 1024
 _KEY_SCHEMA_CACHE_BYTES = 8 * 1024 * 1024
 V = TypeVar("V")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -841,20 +873,6 @@ class ConnectEnvelopeReader:
         """The cached TableSchema equal to ``table`` (so the emitter's caches hit)."""
         return self._tables.intern(table)
 
-    @staticmethod
-    def _by_content(cache: LruCache[bytes, V], schema: Any, build: Callable[[Any], V], salt: bytes = b"") -> V:
-        """``build(schema)``, cached by the schema's JSON text (exact: ``1``, ``1.0`` and ``true``
-        differ) plus ``salt``. Failures are not cached: the next message raises them again."""
-        try:
-            key = orjson.dumps(schema) + salt
-        except orjson.JSONEncodeError:
-            return build(schema)
-        value = cache.get(key)
-        if value is None:
-            value = build(schema)
-            cache.put(key, value)
-        return value
-
     def struct_columns(self, schema: Any, where: str) -> tuple[Column, ...]:
         """``columns_from_struct`` with a cache keyed by the schema's JSON text."""
 
@@ -864,7 +882,7 @@ class ConnectEnvelopeReader:
                 cols = tuple(self._column_map(c) for c in cols)
             return cols
 
-        return self._by_content(self._schemas, schema, build, where.encode())
+        return by_content(self._schemas, schema, build, where.encode())
 
     def struct_layout(self, schema: Any, where: str) -> RowLayout:
         """The layout of ``struct_columns(schema, where)``, cached likewise."""
@@ -872,7 +890,7 @@ class ConnectEnvelopeReader:
         def build(schema: Any) -> RowLayout:
             return RowLayout(self.struct_columns(schema, where))
 
-        return self._by_content(self._layouts, schema, build, where.encode())
+        return by_content(self._layouts, schema, build, where.encode())
 
     def inferred_layout(
         self, after: Mapping[str, Any] | None, before: Mapping[str, Any] | None = None
@@ -897,7 +915,7 @@ class ConnectEnvelopeReader:
         self._layout_tables.put(ident, (layout, table))
         return table
 
-    def _extended_layout(self, layout: RowLayout, extra: tuple[Column, ...]) -> RowLayout:
+    def extended_layout(self, layout: RowLayout, extra: tuple[Column, ...]) -> RowLayout:
         """The layout of the layout's columns followed by ``extra`` (key columns rows lack)."""
         ident = (id(layout), extra)
         hit = self._extended.get(ident)
@@ -914,13 +932,13 @@ class ConnectEnvelopeReader:
     def _key_columns(self, schema: Any) -> KeyColumns:
         if not isinstance(schema, dict) or schema.get("type") != "struct":
             return {}
-        return self._by_content(self._key_schemas, schema, key_columns)
+        return by_content(self._key_schemas, schema, key_columns)
 
     def _envelope_schema(self, schema: Any) -> _EnvelopeSchema:
         """What an envelope schema decides (raises what :meth:`row_columns` raises for it)."""
         if not isinstance(schema, dict):
             return _SCHEMALESS
-        return self._by_content(self._envelopes, schema, self._read_envelope_schema)
+        return by_content(self._envelopes, schema, self._read_envelope_schema)
 
     def _read_envelope_schema(self, schema: Any) -> _EnvelopeSchema:
         fields = struct_field_schemas(schema)
@@ -1049,6 +1067,15 @@ class ConnectEnvelopeReader:
             return layout.columns, True
         return self.inferred_layout(after, before).columns, False
 
+    def row_layout(
+        self,
+        schema: Any,
+        before: Mapping[str, Any] | None,
+        after: Mapping[str, Any] | None,
+    ) -> RowLayout:
+        """The layout of :meth:`row_columns`."""
+        return self._envelope_schema(schema).layout or self.inferred_layout(after, before)
+
     # -- the envelope --------------------------------------------------------------------
 
     def read(
@@ -1092,7 +1119,7 @@ class ConnectEnvelopeReader:
             have = layout.names.union(c.name for c in extra)
             extra += tuple(Column(n, ConnectType.STRING) for n in sorted(absent_columns - have))
         if extra:
-            layout = self._extended_layout(layout, extra)
+            layout = self.extended_layout(layout, extra)
         before_row = layout.decode(before, "before") if before is not None else None
         after_row = layout.decode(after, "after") if after is not None else None
         if op is Operation.DELETE:
