@@ -348,6 +348,11 @@ def _untyped(rows: list[dict[str, Any]], typed: frozenset[str]) -> tuple[tuple[s
     """The row columns without a declared type, in order, each with its :func:`_json_kind`."""
     if all(row.keys() <= typed for row in rows):
         return ()
+    if len(rows) == 1 and not typed:  # one row, no declared types (Flink's canal-json): in C
+        row = rows[0]
+        kinds = tuple(map(type, row.values()))
+        if list not in kinds:
+            return tuple(zip(row, kinds))
     names = dict.fromkeys(name for row in rows for name in row if name not in typed)
     return tuple((name, _json_kind(rows, name)) for name in names)
 
