@@ -248,8 +248,9 @@ class OutRecord:
 
 # ----------------------------------------------------------------------------- schemas
 
-# Connect schemas the emitter shares between records, with their JSON: id(schema) -> (schema,
-# JSON). The entry holds the schema, so the id cannot be reused while the entry exists.
+# Connect schemas the emitter shares between records, with the JSON a record starts with:
+# id(schema) -> (schema, b'{"schema":<schema JSON>,"payload":'). The entry holds the schema, so the
+# id cannot be reused while the entry exists.
 _encoded_schemas: dict[int, tuple[dict[str, Any], bytes]] = {}
 
 
@@ -257,7 +258,7 @@ def _encoded(schema: dict[str, Any]) -> dict[str, Any]:
     """Register a shared, never mutated schema dict so records splice its JSON in (returns it)."""
     if len(_encoded_schemas) > 50_000:
         _encoded_schemas.clear()
-    _encoded_schemas[id(schema)] = (schema, orjson.dumps(schema))
+    _encoded_schemas[id(schema)] = (schema, b'{"schema":' + orjson.dumps(schema) + b',"payload":')
     return schema
 
 
@@ -271,7 +272,7 @@ def _dumps_record(doc: dict[str, Any]) -> bytes:
         if hit is not None and hit[0] is schema:
             keys = iter(doc)
             if next(keys) == "schema" and next(keys) == "payload":
-                return b'{"schema":' + hit[1] + b',"payload":' + orjson.dumps(doc["payload"]) + b"}"
+                return b"".join((hit[1], orjson.dumps(doc["payload"]), b"}"))
     return orjson.dumps(doc)
 
 
