@@ -14,6 +14,7 @@ import contextlib
 import glob
 import logging
 import os
+import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,6 +77,20 @@ def iceberg_jar() -> str:
     return jars[0]
 
 
+def _local_cores(master: str) -> int | None:
+    """The task slots of a local master (``local``, ``local[N]``, ``local[*]``, ``local[N,F]``).
+
+    >>> _local_cores("local[2]"), _local_cores("local"), _local_cores("spark://h:7077")
+    (2, 1, None)
+    """
+    if master == "local":
+        return 1
+    match = re.fullmatch(r"local\[(\d+|\*)(?:,\d+)?\]", master)
+    if match is None:
+        return None
+    return (os.cpu_count() or 1) if match[1] == "*" else int(match[1])
+
+
 def spark_conf(config: SinkConfig) -> dict[str, str]:
     """The Spark conf of the sink session: jar, extensions, catalog, then the user's passthrough."""
     cat = config.catalog
@@ -85,7 +100,9 @@ def spark_conf(config: SinkConfig) -> dict[str, str]:
         prefix: "org.apache.iceberg.spark.SparkCatalog",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "4",
+        # MERGE joins on a shuffle: one partition per local core (no straggler task in a second
+        # wave, fewer files per commit); 4 on a cluster master
+        "spark.sql.shuffle.partitions": str(_local_cores(config.spark_master) or 4),
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
     }
@@ -245,6 +262,12 @@ class IcebergTables:
             # the tables are unpartitioned: no shuffle of the merged rows before writing them
             # (Iceberg's default clusters them by data file, one more exchange per MERGE)
             **dict.fromkeys(_DISTRIBUTION_PROPERTIES, "none"),
+            # merge-on-read: one position-delete file per MERGE task. With Iceberg's default
+            # (file scope) a MERGE rewrites one delete file, earlier deletes included, for every
+            # data file holding a changed key: with keys spread over the table, every data file
+            # on every commit. Readers check the partition-scoped files against each data file
+            # until maintenance (rewrite_data_files, rewrite_position_delete_files) folds them.
+            "write.delete.granularity": "partition",
             KEY_PROPERTY: ",".join(key),
             **self.config.table_properties,
         }
@@ -372,7 +395,12 @@ class IcebergTables:
 
     def _merge(self, tid: str, state: _TableState, changes: list[SinkChange], counts: dict[str, int]) -> None:
         key = state.key or changes[-1].key_columns
-        frame = self._frame(state, changes, with_unavailable=True)
+        # the columns some change of the batch did not carry (partial images): an update keeps
+        # their stored value where its change lacks them. Usually none: then every column is a
+        # plain assignment, the source frame has no unavailable array, and Spark prunes the
+        # target scan (and the join's shuffle) to the key, the sequence and the row position.
+        partial = frozenset().union(*(ch.unavailable for ch in changes))
+        frame = self._frame(state, changes, with_unavailable=bool(partial))
         view = f"cdcnorm_src_{abs(hash(tid)) % 10**8}"
         frame.createOrReplaceTempView(view)
         on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
@@ -381,10 +409,13 @@ class IcebergTables:
         sets = []
         for name in state.columns:
             q = quote(name)
-            sets.append(
-                f"t.{q} = CASE WHEN array_contains(s.{quote(UNAVAILABLE_COLUMN)}, '{name.replace(chr(39), chr(39) * 2)}') "
-                f"THEN t.{q} ELSE s.{q} END"
-            )
+            if name in partial:
+                sets.append(
+                    f"t.{q} = CASE WHEN array_contains(s.{quote(UNAVAILABLE_COLUMN)}, "
+                    f"'{name.replace(chr(39), chr(39) * 2)}') THEN t.{q} ELSE s.{q} END"
+                )
+            else:
+                sets.append(f"t.{q} = s.{q}")
         sets.append(f"t.{quote(SEQ_COLUMN)} = s.{quote(SEQ_COLUMN)}")
         sets.append(f"t.{quote(TS_COLUMN)} = s.{quote(TS_COLUMN)}")
         insert_cols = [*state.columns, SEQ_COLUMN, TS_COLUMN]

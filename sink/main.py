@@ -82,9 +82,8 @@ def run_sink(config_path: str | Path, once: bool = False, max_batches: int | Non
     kafka.pop("client.id", None)
     runner = MicroBatchSink(sink_config, bootstrap, consumer_conf=kafka, report=lambda r: print(r.line(), flush=True))
     try:
-        reports = runner.run(once=once, max_batches=max_batches)
+        summary = runner.run(once=once, max_batches=max_batches)
     finally:
         runner.close()
-    total = sum(r.rows_read for r in reports)
-    print(f"sink finished: {len(reports)} batches, {total} records read", flush=True)
+    print(f"sink finished: {summary.batches} batches, {summary.rows_read} records read", flush=True)
     return 0

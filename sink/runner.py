@@ -2,7 +2,9 @@
 
 Per micro-batch:
 
-1. read up to ``max_records_per_batch`` records or until the trigger interval elapses;
+1. read up to ``max_records_per_batch`` records or until the poll window ends (windows end one
+   trigger interval after the previous poll ended, so a record waits at most about one interval
+   plus the commit time);
 2. parse canonical records into changes, skipping those already applied (the offsets recorded in
    each table's newest cdcnorm snapshot);
 3. compact per table and key, then MERGE each table in one commit tagged with its offsets;
@@ -15,7 +17,7 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +29,7 @@ from sink.config import SinkConfig
 from sink.iceberg import IcebergTables, IncompatibleSchemaError, build_spark
 from sink.main import crash_point
 
-__all__ = ["BatchReport", "MicroBatchSink", "serve_metrics"]
+__all__ = ["BatchReport", "MicroBatchSink", "RunSummary", "serve_metrics"]
 
 log = logging.getLogger("cdcnorm.sink")
 
@@ -67,6 +69,24 @@ class BatchReport:
         )
 
 
+RECENT_REPORTS = 100
+
+
+@dataclass
+class RunSummary:
+    """What :meth:`MicroBatchSink.run` did: totals, and the reports of the last non-empty batches
+    only (an endless run keeps constant memory)."""
+
+    batches: int = 0
+    rows_read: int = 0
+    recent: deque[BatchReport] = field(default_factory=lambda: deque(maxlen=RECENT_REPORTS))
+
+    def add(self, report: BatchReport) -> None:
+        self.batches += 1
+        self.rows_read += report.rows_read
+        self.recent.append(report)
+
+
 def serve_metrics(port: int) -> None:
     """Expose the sink's Prometheus metrics on ``/metrics``."""
     from prometheus_client import start_http_server
@@ -99,6 +119,7 @@ class MicroBatchSink:
         self.spark: Any = None
         self.tables: IcebergTables | None = None
         self.consumer: Any = None
+        self._window_end: float | None = None  # when the current poll window ends (monotonic)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -131,40 +152,39 @@ class MicroBatchSink:
             self.consumer.close()
             self.consumer = None
 
-    def run(self, once: bool = False, max_batches: int | None = None) -> list[BatchReport]:
+    def run(self, once: bool = False, max_batches: int | None = None) -> RunSummary:
         """Run micro-batches until stopped; ``once`` stops at the first empty batch."""
         if self.consumer is None:
             self.start()
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         for s in previous:
             signal.signal(s, lambda *_: self.stop())
-        reports: list[BatchReport] = []
+        summary = RunSummary()
         idle_batches = 0
         began = time.monotonic()
+        self._window_end = None
         try:
             while not self._stop:
-                started = time.monotonic()
+                # no pause between batches: each poll waits for the end of its own window
                 report = self.run_batch()
                 if report.rows_read:
-                    reports.append(report)
+                    summary.add(report)
                     self.report(report)
                     idle_batches = 0
                 else:
                     idle_batches += 1
-                    if once and not reports and not self._joined(began):
+                    if once and not summary.batches and not self._joined(began):
                         idle_batches = 0  # still joining the group: nothing could be fetched yet
-                if max_batches is not None and len(reports) >= max_batches:
+                if max_batches is not None and summary.batches >= max_batches:
                     break
                 # "once": stop when nothing more arrives (a fetch returning nothing, never watermarks:
                 # some brokers report wrong high watermarks). Allow a first idle batch for the group join.
-                if once and idle_batches >= (2 if reports else 8):
+                if once and idle_batches >= (2 if summary.batches else 8):
                     break
-                if not once:
-                    time.sleep(max(0.0, self.config.trigger_interval_seconds - (time.monotonic() - started)))
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-        return reports
+        return summary
 
     ONCE_JOIN_TIMEOUT_S = 60.0
 
@@ -179,23 +199,45 @@ class MicroBatchSink:
     # -- one batch --------------------------------------------------------------------------
 
     def _poll(self) -> list[Any]:
-        deadline = time.monotonic() + self.config.trigger_interval_seconds
+        """The records of one micro-batch: until ``max_records_per_batch``, the end of the poll
+        window, or a fetch returning nothing once some records arrived.
+
+        A window ends one trigger interval after the previous poll ended, not after the previous
+        commit (like Spark's ``ProcessingTime`` trigger): records that arrive during a commit
+        were fetched in the background and are in the next batch, due one interval after they
+        could first be polled. A window already over when the commit ends (a commit slower than
+        the interval) takes what the consumer has fetched, waiting one poll timeout at most when
+        it has nothing yet.
+        """
+        interval = self.config.trigger_interval_seconds
+        poll_timeout = self.config.poll_timeout_seconds
+        deadline = self._window_end if self._window_end is not None else time.monotonic() + interval
         out: list[Any] = []
         limit = self.config.max_records_per_batch
+        waited = False
         while len(out) < limit:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            msgs = self.consumer.consume(num_messages=min(10_000, limit - len(out)), timeout=min(remaining, self.config.poll_timeout_seconds))
-            if not msgs:
-                if out:
-                    break
-                continue
+            # within the window: wait for records; after it, only take what is already fetched
+            timeout = min(remaining, poll_timeout) if remaining > 0 else 0.0
+            waited = waited or timeout > 0
+            msgs = self.consumer.consume(num_messages=min(10_000, limit - len(out)), timeout=timeout)
+            before = len(out)
             for msg in msgs:
                 if msg.error():
                     log.warning("consumer error: %s", msg.error())
                     continue
                 out.append(msg)
+            if len(out) > before:
+                continue
+            if remaining > 0:
+                if out and not msgs:
+                    break  # a fetch returned nothing: what had arrived is all in
+                continue
+            if out or waited:
+                break
+            # overdue from the start and nothing fetched yet: wait one poll timeout for records
+            deadline = time.monotonic() + poll_timeout
+        self._window_end = time.monotonic() + interval
         return out
 
     def _applied_for(self, table: tuple[str, str]) -> dict[str, int]:

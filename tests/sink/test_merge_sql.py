@@ -1,0 +1,70 @@
+"""The MERGE statement of a batch, without Spark: partial-update columns keep their stored value
+through a CASE, every other column is a plain assignment (so Spark prunes the target scan)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import sink.iceberg as ice
+from sink.changes import SinkChange
+from sink.config import SinkConfig
+
+COLUMNS = {"id": "bigint", "customer": "string", "amount": "decimal(10,2)"}
+
+
+class FakeFrame:
+    def createOrReplaceTempView(self, name: str) -> None:
+        pass
+
+
+class FakeSpark:
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+        self.catalog = self
+
+    def sql(self, statement: str) -> None:
+        self.statements.append(statement)
+
+    def dropTempView(self, name: str) -> None:
+        pass
+
+
+def _change(key: int, op: str = "u", unavailable: frozenset[str] = frozenset()) -> SinkChange:
+    row = {"id": key, "customer": None if "customer" in unavailable else "c", "amount": None}
+    return SinkChange(("db", "t"), op, (key,), row, f"s{key:04d}", 0, (), ("id",), "topic", 0, key, unavailable)
+
+
+def _merge(changes: list[SinkChange], monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[bool]]:
+    spark = FakeSpark()
+    tables = ice.IcebergTables(spark, SinkConfig.from_section({"topics": ["t"]}))  # type: ignore[arg-type]
+    calls: list[bool] = []  # with_unavailable of each frame built
+
+    def frame(state: Any, batch: list[SinkChange], with_unavailable: bool) -> FakeFrame:
+        calls.append(with_unavailable)
+        return FakeFrame()
+
+    monkeypatch.setattr(tables, "_frame", frame)
+    counts: dict[str, int] = {}
+    tables._merge("`lake`.`db`.`t`", ice._TableState(dict(COLUMNS), ("id",)), changes, counts)
+    assert counts == {"deletes": sum(c.op == "d" for c in changes), "upserts": sum(c.op != "d" for c in changes)}
+    (statement,) = spark.statements
+    return statement, calls
+
+
+def test_complete_images_use_plain_assignments(monkeypatch: pytest.MonkeyPatch) -> None:
+    statement, with_unavailable = _merge([_change(1), _change(2, "d")], monkeypatch)
+    assert with_unavailable == [False]
+    assert "CASE" not in statement and "__cdc_unavailable" not in statement
+    assert "t.`customer` = s.`customer`" in statement and "t.`amount` = s.`amount`" in statement
+
+
+def test_partial_images_keep_only_their_missing_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    statement, with_unavailable = _merge([_change(1), _change(2, unavailable=frozenset({"customer"}))], monkeypatch)
+    assert with_unavailable == [True]
+    assert (
+        "t.`customer` = CASE WHEN array_contains(s.`__cdc_unavailable`, 'customer') "
+        "THEN t.`customer` ELSE s.`customer` END"
+    ) in statement
+    assert "t.`amount` = s.`amount`" in statement and "t.`id` = s.`id`" in statement
