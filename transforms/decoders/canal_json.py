@@ -352,7 +352,7 @@ def _untyped(rows: list[dict[str, Any]], typed: frozenset[str]) -> tuple[tuple[s
         row = rows[0]
         kinds = tuple(map(type, row.values()))
         if list not in kinds:
-            return tuple(zip(row, kinds))
+            return tuple(zip(row, kinds, strict=True))
     names = dict.fromkeys(name for row in rows for name in row if name not in typed)
     return tuple((name, _json_kind(rows, name)) for name in names)
 
