@@ -74,15 +74,13 @@ from pydantic import Field
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import (
-    MAX_DECIMAL_DIGITS,
-    MAX_DECIMAL_EXPONENT,
     Decoder,
     Message,
     check_decimal_params,
 )
 from transforms.decoders.cache import LruCache, TableCache
 from transforms.decoders.fields import duplicate, parse_int
-from transforms.decoders.rowplan import NotFast
+from transforms.decoders.rowplan import NotFast, decimal_converter
 from transforms.envelope import (
     ChangeEvent,
     Event,
@@ -556,13 +554,7 @@ def _same(kind: type) -> _CellConverter:
 
 
 def _decimal_cell(body: Any) -> Decimal:
-    text = body["value"].strip()
-    if len(text) > MAX_DECIMAL_DIGITS:  # shorter text has at most that many digits
-        raise NotFast
-    value = Decimal(text)
-    if value.is_finite() and -MAX_DECIMAL_EXPONENT <= value.adjusted() <= MAX_DECIMAL_EXPONENT:
-        return value
-    raise NotFast
+    return decimal_converter(body["value"].strip())
 
 
 def _datetime_cell(fraction_per_second: int, logical: str) -> _CellConverter:

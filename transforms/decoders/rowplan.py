@@ -32,7 +32,7 @@ from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import MAX_DECIMAL_DIGITS, MAX_DECIMAL_EXPONENT
 from transforms.values import UNAVAILABLE, parse_datetime
 
-__all__ = ["FastConverter", "NotFast", "RowPlan", "RowPlans", "fast_converter", "int_converter"]
+__all__ = ["FastConverter", "NotFast", "RowPlan", "RowPlans", "decimal_converter", "fast_converter", "int_converter"]
 
 FastConverter = Callable[[Any], Any]
 """``raw value -> typed value``, or raises (any exception) to hand the cell to the full converter."""
@@ -91,7 +91,8 @@ def _boolean(raw: Any) -> bool:
     raise NotFast
 
 
-def _decimal(raw: Any) -> Decimal:
+def decimal_converter(raw: Any) -> Decimal:
+    """A decimal literal (or integer) within the value bounds of ``check_value``."""
     kind = type(raw)
     if kind is str:
         if len(raw) > MAX_DECIMAL_DIGITS:  # shorter text has at most that many digits
@@ -139,7 +140,7 @@ def fast_converter(col: Column) -> FastConverter | None:
             return _boolean
         return None
     if col.is_decimal:
-        return _decimal
+        return decimal_converter
     if logical in (Logical.TIMESTAMP, Logical.CONNECT_TIMESTAMP, Logical.MICRO_TIMESTAMP, Logical.NANO_TIMESTAMP):
         return _timestamp
     if logical in (Logical.DATE, Logical.CONNECT_DATE):
