@@ -33,7 +33,7 @@ from transforms.connect import (
     column_schema,
     struct_schema,
 )
-from transforms.values import UNAVAILABLE, encoder_for
+from transforms.values import UNAVAILABLE, encoder_for, encoder_passes
 
 __all__ = [
     "AFTER",
@@ -357,6 +357,7 @@ class _TableCodec:
         "key_cols",
         "key_encoders",
         "key_schema",
+        "last_source",
         "row_schema",
         "topic",
     )
@@ -370,8 +371,15 @@ class _TableCodec:
         key_cols = table.key_columns()
         self.key_cols = tuple(c.name for c in key_cols)
         self.key_schema = _encoded(struct_schema(key_cols, f"{base}.Key", False, mode)) if key_cols else None
-        self.encoders = tuple((c.name, enc) for c in table.columns if (enc := encoder_for(c, mode)) is not None)
-        self.key_encoders = tuple((c.name, enc) for c in key_cols if (enc := encoder_for(c, mode)) is not None)
+        # (column, encoder, the type of values the encoder returns unchanged: their cells are skipped)
+        self.encoders = tuple(
+            (c.name, enc, encoder_passes(enc)) for c in table.columns if (enc := encoder_for(c, mode)) is not None
+        )
+        self.key_encoders = tuple(
+            (c.name, enc, encoder_passes(enc)) for c in key_cols if (enc := encoder_for(c, mode)) is not None
+        )
+        # the source info of the last envelope, with its source block and schema (shared, never mutated)
+        self.last_source: tuple[SourceInfo, dict[str, Any], dict[str, Any] | None] | None = None
         # id(source schema) -> (source schema, envelope schema); the entry keeps the id valid
         self.envelopes: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
 
@@ -399,16 +407,19 @@ class _TableCodec:
         return schema
 
     def encode_row(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The row with its cells in Connect JSON form: ``row`` itself when no cell changes, else
+        a copy (the row is never modified)."""
         if row is None:
             return None
-        if not self.encoders:
-            return row
-        out = dict(row)
-        for name, enc in self.encoders:
-            value = out.get(name)
-            if value is not None:
-                out[name] = enc(value)
-        return out
+        out: dict[str, Any] | None = None
+        for name, enc, passes in self.encoders:
+            value = row.get(name)
+            if value is None or type(value) is passes:
+                continue
+            if out is None:
+                out = dict(row)
+            out[name] = enc(value)
+        return row if out is None else out
 
     def key(self, before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
         return self.wrap_key(key_payload(self.key_cols, before, after))
@@ -417,9 +428,9 @@ class _TableCodec:
         """The key record of a key payload (encoded in place; pass a payload you own)."""
         if payload is None or self.key_schema is None:
             return None
-        for name, enc in self.key_encoders:
+        for name, enc, passes in self.key_encoders:
             value = payload.get(name)
-            if value is not None:
+            if value is not None and type(value) is not passes:
                 payload[name] = enc(value)
         return {"schema": self.key_schema, "payload": payload}
 
@@ -487,7 +498,7 @@ def _source_block(
         "connector": source.connector,
         "name": opts.prefix,
         "ts_ms": source.ts_ms,
-        "snapshot": source.snapshot.value,
+        "snapshot": source.snapshot._value_,  # the plain str (Enum.value is a slow property)
         "db": db,
         "sequence": source.sequence,
         "schema": schema,
@@ -519,14 +530,20 @@ def _envelope_value(
     after: dict[str, Any] | None,
     opts: EmitOptions,
 ) -> dict[str, Any]:
-    table = event.table
-    source, source_schema = _source_block(event.source, table.db, table.schema, table.table, opts)
+    info = event.source
+    last = codec.last_source
+    if last is not None and last[0] is info:  # the rows of one message share their source block
+        source, source_schema = last[1], last[2]
+    else:
+        table = event.table
+        source, source_schema = _source_block(info, table.db, table.schema, table.table, opts)
+        codec.last_source = (info, source, source_schema)
     tx = event.transaction
     payload = {
         BEFORE: codec.encode_row(before),
         AFTER: codec.encode_row(after),
         SOURCE: source,
-        OP: op.value,
+        OP: op._value_,
         TS_MS: event.ts_ms if event.ts_ms is not None else event.source.ts_ms,
         TRANSACTION: None
         if tx is None

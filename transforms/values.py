@@ -32,6 +32,7 @@ __all__ = [
     "coerce",
     "decimal_from_unscaled",
     "encoder_for",
+    "encoder_passes",
     "infer_column",
     "parse_datetime",
     "parse_time",
@@ -458,13 +459,27 @@ def _time_units(value: dt.timedelta, per_second: int) -> int:
     return (value.days * 86_400 + value.seconds) * per_second + value.microseconds * per_second // 1_000_000
 
 
-def _guard(fn: Encoder) -> Encoder:
+def _guard(fn: Encoder, passes: type | None = None) -> Encoder:
+    """``fn`` with ``None`` and the UNAVAILABLE marker passed through.
+
+    ``passes`` names a type whose values ``fn`` returns unchanged; emitters read it as
+    ``encoder_passes(encoder)`` to skip the call for such cells.
+    """
+
     def encode(value: Any) -> Any:
         if value is None or (isinstance(value, str) and value == UNAVAILABLE):
             return value
         return fn(value)
 
+    if passes is not None:
+        encode.passes = passes  # type: ignore[attr-defined]
     return encode
+
+
+def encoder_passes(encoder: Encoder) -> type:
+    """The type whose values ``encoder`` (from :func:`encoder_for`) returns unchanged, or ``NoneType``."""
+    passes: type = getattr(encoder, "passes", type(None))
+    return passes
 
 
 @lru_cache(maxsize=4096)
@@ -492,13 +507,13 @@ def encoder_for(col: Column, mode: DecimalHandlingMode) -> Encoder | None:
         per_second = _EPOCH_UNITS[logical]
         return _guard(lambda v: _epoch_units(_to_timestamp(v, logical), per_second))
     if logical == Logical.ZONED_TIMESTAMP:
-        return _guard(lambda v: _zoned(v) if isinstance(v, dt.datetime) else v)
+        return _guard(lambda v: _zoned(v) if isinstance(v, dt.datetime) else v, str)
     if logical in _TIME_UNITS:
         per_second = _TIME_UNITS[logical]
         return _guard(lambda v: _time_units(_to_time(v, logical), per_second))
     ctype = col.type
     if ctype is ConnectType.BYTES:
-        return _guard(lambda v: _b64(v) if isinstance(v, bytes) else v)
+        return _guard(lambda v: _b64(v) if isinstance(v, bytes) else v, str)
     if ctype is ConnectType.STRUCT and col.fields:
         members = [(f.name, encoder_for(f, mode)) for f in col.fields]
 
@@ -518,5 +533,5 @@ def encoder_for(col: Column, mode: DecimalHandlingMode) -> Encoder | None:
             enc = item_enc
             return _guard(lambda v: [enc(x) for x in v] if isinstance(v, list) else v)
     if ctype is ConnectType.STRING:
-        return _guard(lambda v: v if isinstance(v, str) else _to_str(v))
+        return _guard(lambda v: v if isinstance(v, str) else _to_str(v), str)
     return None

@@ -48,7 +48,14 @@ from pydantic import Field, field_validator
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import Decoder, Message, check_decimal_params
 from transforms.decoders.cache import LruCache, TableCache
-from transforms.decoders.fields import optional_int, optional_scalar, optional_str, parse_int
+from transforms.decoders.fields import (
+    INT64_MAX,
+    INT64_MIN,
+    optional_int,
+    optional_scalar,
+    optional_str,
+    parse_int,
+)
 from transforms.decoders.rowplan import FastConverter, RowPlans, fast_converter, int_converter
 from transforms.envelope import (
     ChangeEvent,
@@ -332,6 +339,8 @@ def _mysql_column(name: str, text: str, unsigned_mode: BigintUnsignedHandlingMod
 
 
 _INT_OR_NULL = frozenset({int, type(None)})
+# canal header fields kept in the source block: (canal name, source field)
+_SOURCE_FIELDS = (("id", "id"), ("gtid", "gtid"), ("serverId", "server_id"), ("logfileName", "file"), ("logfileOffset", "pos"))
 _SHAPES_PER_TABLE = 8  # a table's shapes: its columns before/after DDL, partial captures ...
 
 
@@ -346,7 +355,10 @@ def _json_kind(rows: list[dict[str, Any]], name: str) -> Any:
 
 def _untyped(rows: list[dict[str, Any]], typed: frozenset[str]) -> tuple[tuple[str, Any], ...]:
     """The row columns without a declared type, in order, each with its :func:`_json_kind`."""
-    if all(row.keys() <= typed for row in rows):
+    if len(rows) == 1:  # the common case, without a generator
+        if rows[0].keys() <= typed:
+            return ()
+    elif all(row.keys() <= typed for row in rows):
         return ()
     if len(rows) == 1 and not typed:  # one row, no declared types (Flink's canal-json): in C
         row = rows[0]
@@ -430,10 +442,18 @@ class CanalJsonDecoder(Decoder):
         is_ddl = doc.get("isDdl")
         if is_ddl is not None and not isinstance(is_ddl, bool):
             raise self.error("isDdl", f"expected a boolean, found {is_ddl!r}", raw)
-        database = optional_str(self, doc, "database", raw)
-        table = optional_str(self, doc, "table", raw)
-        es = optional_int(self, doc, "es", raw)
-        ts = optional_int(self, doc, "ts", raw)
+        database = doc.get("database")
+        if database is not None and type(database) is not str:
+            database = optional_str(self, doc, "database", raw)  # raises
+        table = doc.get("table")
+        if table is not None and type(table) is not str:
+            table = optional_str(self, doc, "table", raw)  # raises
+        es = doc.get("es")
+        if es is not None and (type(es) is not int or not INT64_MIN <= es <= INT64_MAX):
+            es = optional_int(self, doc, "es", raw)  # a string of digits, or raises
+        ts = doc.get("ts")
+        if ts is not None and (type(ts) is not int or not INT64_MIN <= ts <= INT64_MAX):
+            ts = optional_int(self, doc, "ts", raw)
         fields = self._source_fields(doc, raw)
         if is_ddl or (kind in _DDL_TYPES and not (kind == "QUERY" and is_ddl is False)):
             return self._ddl(doc, kind, database, table, es, ts, fields, message, raw)
@@ -457,26 +477,30 @@ class CanalJsonDecoder(Decoder):
             fields=fields,
         )
         events: list[Event] = []
+        plan = self._plans.plan(schema)
+        value = self._value
         for i, (before_raw, after_raw, where) in enumerate(pairs):
-            before = self._image(schema, before_raw, f"{where[0]}[{i}]", raw)
-            after = self._image(schema, after_raw, f"{where[1]}[{i}]", raw)
+            before = None if before_raw is None else plan.typed(before_raw, where[0], raw, value, i)
+            after = None if after_raw is None else plan.typed(after_raw, where[1], raw, value, i)
             events.append(ChangeEvent(op, schema, before, after, source, ts_ms=ts))
         return events
 
     def _source_fields(self, doc: Mapping[str, Any], raw: bytes) -> dict[str, Any]:
         fields: dict[str, Any] = {}
-        for name, key in (
-            ("id", "id"),
-            ("gtid", "gtid"),
-            ("serverId", "server_id"),
-            ("logfileName", "file"),
-            ("logfileOffset", "pos"),
-        ):
-            value = optional_scalar(self, doc, name, raw)
-            if value is not None:
+        get = doc.get
+        for name, key in _SOURCE_FIELDS:
+            value = get(name)
+            if value is None:
+                continue
+            kind = type(value)
+            if kind is str or (kind is int and INT64_MIN <= value <= INT64_MAX):
                 fields[key] = value
-        sql = optional_str(self, doc, "sql", raw)
-        if sql and not doc.get("isDdl"):
+            else:  # another int-like, or raises
+                fields[key] = optional_scalar(self, doc, name, raw)
+        sql = get("sql")
+        if sql is not None and type(sql) is not str:
+            sql = optional_str(self, doc, "sql", raw)  # raises
+        if sql and not get("isDdl"):
             fields["query"] = sql
         return fields
 
@@ -603,11 +627,6 @@ class CanalJsonDecoder(Decoder):
                 by_shape = by_shape and name not in mysql_types and name not in sql_types
             columns.append(col)
         return self._tables.intern(TableSchema(db, None, table, tuple(columns), tuple(pk))), by_shape
-
-    def _image(
-        self, schema: TableSchema, row: dict[str, Any] | None, where: str, raw: bytes
-    ) -> dict[str, Any] | None:
-        return None if row is None else self._plans.plan(schema).typed(row, where, raw, self._value)
 
     @staticmethod
     def _fast_converter(col: Column) -> FastConverter | None:

@@ -160,11 +160,19 @@ class RowPlan:
     def __init__(self, columns: tuple[Column, ...], fast_for: Callable[[Column], FastConverter | None]) -> None:
         self._steps = tuple((col.name, col, fast_for(col)) for col in columns)
 
-    def typed(self, row: Mapping[str, Any], where: str, payload: bytes | str | None, slow: SlowConverter) -> dict[str, Any]:
+    def typed(
+        self,
+        row: Mapping[str, Any],
+        where: str,
+        payload: bytes | str | None,
+        slow: SlowConverter,
+        index: int | None = None,
+    ) -> dict[str, Any]:
         """The row typed column by column; a column the row lacks is ``UNAVAILABLE``.
 
-        ``where`` is the field path of the row (``data[0]``); a cell's path, ``<where>.<column>``,
-        is only built when the full converter runs.
+        ``where`` is the field path of the row (``data``, or ``data[0]``, or ``data`` with
+        ``index`` 0); a cell's path, ``<where>[<index>].<column>``, is only built when the full
+        converter runs.
         """
         out: dict[str, Any] = {}
         for name, col, fast in self._steps:
@@ -181,7 +189,8 @@ class RowPlan:
                     continue
                 except Exception:
                     pass
-            out[name] = slow(col, raw, f"{where}.{name}", payload)
+            path = f"{where}.{name}" if index is None else f"{where}[{index}].{name}"
+            out[name] = slow(col, raw, path, payload)
         return out
 
 
