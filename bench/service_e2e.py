@@ -377,6 +377,7 @@ class WorkerResult:
     peak_rss: int
     rss_samples: list[tuple[float, int, int]] = field(default_factory=list)
     records_read: int = -1
+    normalize_seconds: float = 0.0  # the workers' cdcnorm_decode_seconds sum: normalize wall time
 
     @property
     def rate(self) -> float:
@@ -537,6 +538,7 @@ class WorkerFleet:
                     dlq=int(m.get("cdcnorm_dlq_total", 0)),
                     peak_rss=peak,
                     rss_samples=samples,
+                    normalize_seconds=m.get("cdcnorm_decode_seconds_sum", 0.0),
                 )
             time.sleep(poll_s)
 
@@ -662,6 +664,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "Normalizer.process + serialization in-process, no Kafka")
         report.info("worker CPU per message besides normalize", best_worker.cpu_per_message_us - normalize_us,
                     "us/msg", "Faust, aiokafka consume/produce, acks, metrics")
+        report.info("normalize wall time per message in the worker",
+                    best_worker.normalize_seconds / max(1, len(workload.messages)) * 1e6, "us/msg",
+                    "cdcnorm_decode_seconds sum / messages: the normalize step on the worker's loop, "
+                    "sharing the CPU with the consumer thread, librdkafka and the broker")
         report.info("worker records/s", best_worker.records_read / best_worker.seconds, "records/s")
         report.info("worker peak RSS", best_worker.peak_rss / 2**20, "MiB")
         return report.finish(args)

@@ -39,10 +39,10 @@ import logging
 import random
 import re
 import tempfile
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from time import perf_counter
 from typing import Any, Protocol
 
 from service.config import ErrorPolicy, OutputClient, PipelineConfig, TopicEntry, build_chain_checked
@@ -218,7 +218,7 @@ class Normalizer:
             self.runtimes.append(self._runtime(index, entry, metadata, row_state_factory))
         self._in: dict[tuple[str, str], Any] = {}
         self._out: dict[tuple[str, str], Any] = {}
-        self._latency: dict[str, Any] = {}
+        self.topic_names: dict[str, str] = {}  # output_topic's results, by entry topic
 
     def _runtime(
         self,
@@ -280,7 +280,6 @@ class Normalizer:
         (``errors: fail``); any other failure becomes a dead letter.
         """
         fmt = runtime.format_id
-        started = time.perf_counter()
         try:
             records = runtime.pipeline.process(message)
         except StateStoreError:
@@ -305,11 +304,12 @@ class Normalizer:
             )
             log.debug("dead-letter detail: %s", exc)
             return Outcome([], (letter.topic, letter.key, letter.value, letter.headers), type(exc).__name__)
-        latency = self._latency.get(fmt)
-        if latency is None:
-            latency = self._latency[fmt] = self.metrics.decode_seconds.labels(fmt)
-        latency.observe(time.perf_counter() - started)
         return Outcome(records)
+
+    def observe(self, fmt: str, seconds: Sequence[float]) -> None:
+        """Per-message normalization times of ``fmt`` (``cdcnorm_decode_seconds``), a batch at a time."""
+        if seconds:
+            self.metrics.decode_seconds.observe_many(fmt, seconds)
 
     def output_topic(self, topic: str) -> str:
         """A valid Kafka topic name: characters outside ``[A-Za-z0-9._-]`` become ``_``
@@ -318,8 +318,8 @@ class Normalizer:
         >>> Normalizer.__new__(Normalizer).output_topic("p.$db.t")
         'p._db.t'
         """
-        cache = self.__dict__.setdefault("_topics", {})
-        safe: str | None = cache.get(topic)
+        cache: dict[str, str] = self.__dict__.setdefault("topic_names", {})
+        safe = cache.get(topic)
         if safe is None:
             safe = _INVALID_TOPIC_CHARS.sub("_", topic)[:249] or "_"
             if safe in (".", ".."):
@@ -427,6 +427,7 @@ class BatchProcessor:
             runtime_for = normalizer.runtime_for
             normalize = normalizer.process
             output_topic = normalizer.output_topic
+            topics = normalizer.topic_names  # output_topic's cache, read first
             append = self.output.append
             offsets: dict[Any, int] = {}
             produced: dict[tuple[str, str], int] = {}
@@ -443,7 +444,9 @@ class BatchProcessor:
                 partition = tp.partition
                 out = 0
                 done = -1
+                seconds: list[float] = []
                 for rec in batch:
+                    started = perf_counter()
                     message = Message(rec.value, rec.key, topic, partition, rec.offset, rec.timestamp,
                                       tuple(rec.headers) if rec.headers else ())
                     try:
@@ -451,6 +454,7 @@ class BatchProcessor:
                             outcome = normalize(message, runtime)
                         except StateStoreError as exc:
                             outcome = await normalize_with_retry(message, runtime, normalizer, self.state, exc)
+                            started = perf_counter()  # the retries' waits are not the message's cost
                     except FatalMessageError as exc:
                         _log_fatal_message(message, exc)
                         fatal = exc
@@ -458,9 +462,11 @@ class BatchProcessor:
                     if outcome.dlq is not None:
                         append(*outcome.dlq)
                     for r in outcome.records:
-                        append(output_topic(r.topic), r.key_bytes(), r.value_bytes(), r.headers)
+                        append(topics.get(r.topic) or output_topic(r.topic), r.key_bytes(), r.value_bytes(), r.headers)
                     out += len(outcome.records)
                     done = rec.offset
+                    seconds.append(perf_counter() - started)
+                normalizer.observe(runtime.format_id, seconds)
                 n = len(batch) if fatal is None else sum(1 for r in batch if r.offset <= done)
                 if n:
                     offsets[tp] = done + 1
@@ -677,7 +683,9 @@ async def process_event(event: Any, normalizer: Normalizer, state: WorkerState, 
     runtime = normalizer.runtime_for(message.topic)
     if runtime is None:
         return SentMessage(0, [])
+    started = perf_counter()
     outcome = await normalize_with_retry(message, runtime, normalizer, state)
+    normalizer.observe(runtime.format_id, [perf_counter() - started])
     normalizer.count_in(message.topic, runtime.format_id, 1)
     futures: list[Awaitable[Any]] = []
     if outcome.dlq is not None:

@@ -7,10 +7,61 @@ reports it, and some brokers (Tansu) report high watermarks per batch, not per r
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+from itertools import accumulate
 
-__all__ = ["CONTENT_TYPE_LATEST", "WorkerMetrics"]
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
+
+__all__ = ["CONTENT_TYPE_LATEST", "BulkHistogram", "WorkerMetrics"]
+
+
+class BulkHistogram:
+    """A Prometheus histogram with one label, fed a batch of observations at a time.
+
+    The worker observes every source message; ``Histogram.observe`` takes two locked counter
+    increments per observation (~1.2 µs, 4% of the normalization). Here a batch's durations go
+    into plain per-label bucket counts in one call, and the registry reads them on a scrape.
+    The exposition is that of a ``prometheus_client.Histogram``. Use it from one thread
+    (the worker's event loop, which also serves ``/metrics``).
+    """
+
+    def __init__(
+        self, name: str, documentation: str, label: str, buckets: Sequence[float], registry: CollectorRegistry
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.label = label
+        bounds = sorted(float(b) for b in buckets)
+        if not bounds or bounds[-1] != float("inf"):
+            bounds.append(float("inf"))
+        self.bounds = tuple(bounds)
+        self._counts: dict[str, list[int]] = {}
+        self._sums: dict[str, float] = {}
+        registry.register(self)
+
+    def observe_many(self, value: str, amounts: Sequence[float]) -> None:
+        """Observe each of ``amounts`` under label value ``value``."""
+        counts = self._counts.get(value)
+        if counts is None:
+            counts = self._counts[value] = [0] * len(self.bounds)
+        bounds = self.bounds
+        for amount in amounts:
+            counts[bisect_left(bounds, amount)] += 1  # the first bucket with amount <= bound
+        self._sums[value] = self._sums.get(value, 0.0) + sum(amounts)
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=[self.label])
+        for value, counts in self._counts.items():
+            buckets = [(floatToGoString(b), c) for b, c in zip(self.bounds, accumulate(counts), strict=True)]
+            family.add_metric([value], buckets, self._sums[value])
+        yield family
+
+    def describe(self) -> Iterator[Metric]:
+        yield HistogramMetricFamily(self.name, self.documentation, labels=[self.label])
 
 
 class WorkerMetrics:
@@ -28,12 +79,12 @@ class WorkerMetrics:
         self.dlq = Counter(
             "cdcnorm_dlq", "Source messages sent to the dead-letter queue.", ["topic", "format", "error_class"], registry=r
         )
-        self.decode_seconds = Histogram(
+        self.decode_seconds = BulkHistogram(
             "cdcnorm_decode_seconds",
             "Time to decode, transform and serialize one source message.",
-            ["format"],
-            buckets=(0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0),
-            registry=r,
+            "format",
+            (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0),
+            r,
         )
         self.consumer_lag = Gauge(
             "cdcnorm_consumer_lag",

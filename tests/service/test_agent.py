@@ -15,6 +15,7 @@ from faust.types import TP
 from service.app import FatalMessageError, Normalizer, create_app
 from service.config import parse_config
 from service.dlq import ERROR_CLASS, ERROR_OFFSET, ERROR_PARTITION, ERROR_TOPIC, FORMAT_HEADER
+from service.metrics import BulkHistogram
 from service.output import key_partition, murmur2, murmur2_many
 from transforms.decoders import Message
 from transforms.errors import StateStoreError
@@ -240,6 +241,37 @@ def test_batch_processor_routes_keys_and_dead_letters() -> None:
     assert metrics.messages_in.labels("src.canal", "canal-json")._value.get() == 3
     assert metrics.records_out.labels("src.canal", "canal-json")._value.get() == 4
     assert metrics.dlq.labels("src.canal", "canal-json", "DecodeError")._value.get() == 1
+    page = metrics.render().decode()
+    assert 'cdcnorm_decode_seconds_count{format="canal-json"} 3.0' in page  # dead letters included
+    assert 'cdcnorm_decode_seconds_bucket{format="canal-json",le="+Inf"} 3.0' in page
+
+
+def test_bulk_histogram_exposition_is_prometheus_clients() -> None:
+    from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+    buckets = (0.001, 0.01, 0.1, 1.0)
+    amounts = [0.0005, 0.001, 0.002, 0.01, 0.5, 1.0, 3.0, 0.0]
+    theirs = CollectorRegistry()
+    reference = Histogram("h_seconds", "doc", ["format"], buckets=buckets, registry=theirs)
+    for amount in amounts:
+        reference.labels("a").observe(amount)
+    reference.labels("b").observe(0.05)
+    ours = CollectorRegistry()
+    bulk = BulkHistogram("h_seconds", "doc", "format", buckets, ours)
+    bulk.observe_many("a", amounts[:3])
+    bulk.observe_many("a", amounts[3:])
+    bulk.observe_many("b", [0.05])
+    bulk.observe_many("c", [])  # nothing observed: a series of zeros, like a Histogram's labels("c")
+    reference.labels("c")
+
+    def lines(registry: CollectorRegistry) -> tuple[list[str], dict[str, float]]:
+        text = generate_latest(registry).decode().splitlines()
+        sums = {line.split()[0]: float(line.split()[1]) for line in text if line.startswith("h_seconds_sum")}
+        return [line for line in text if "_created" not in line and "_sum" not in line], sums
+
+    (our_lines, our_sums), (their_lines, their_sums) = lines(ours), lines(theirs)
+    assert our_lines == their_lines
+    assert our_sums == pytest.approx(their_sums)  # summed in another order
 
 
 def test_batch_processor_commits_only_acknowledged_batches_in_order() -> None:
