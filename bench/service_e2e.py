@@ -229,16 +229,22 @@ def produce(bootstrap: str, topic: str, messages: Sequence[tuple[bytes | None, b
     return time.perf_counter() - started
 
 
-def count_records(bootstrap: str, topics: Sequence[str], idle_s: float = 2.0, timeout_s: float = 300.0) -> dict[str, int]:
+def count_records(bootstrap: str, topics: Sequence[str], idle_s: float = 2.0, timeout_s: float = 300.0,
+                  *, distinct: bool = False) -> dict[str, int]:
     """Records per topic, read from the beginning until fetches return nothing for ``idle_s``.
 
+    With ``distinct``, records with the same key and value count once: the output is
+    at-least-once, so a rebalance may replay a batch whose offsets were not committed yet.
     Never uses high watermarks (Tansu reports them per batch, not per record).
     """
+    import hashlib
+
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-count-{uuid.uuid4().hex[:6]}",
                          "enable.auto.commit": False, "fetch.max.bytes": 64 * 1024 * 1024})
     counts = dict.fromkeys(topics, 0)
+    seen: set[bytes] = set()
     try:
         metadata = consumer.list_topics(timeout=10).topics
         assignment = [TopicPartition(t, p, OFFSET_BEGINNING) for t in topics if t in metadata
@@ -254,6 +260,16 @@ def count_records(bootstrap: str, topics: Sequence[str], idle_s: float = 2.0, ti
             for msg in batch:
                 if msg.error():
                     continue
+                if distinct:
+                    digest = hashlib.blake2b(digest_size=16)
+                    for part in (msg.topic() or "").encode(), msg.key() or b"", msg.value() or b"":
+                        digest.update(len(part).to_bytes(8, "little"))
+                        digest.update(part)
+                    if msg.value() is None:
+                        digest.update(b"tombstone")
+                    if digest.digest() in seen:
+                        continue
+                    seen.add(digest.digest())
                 counts[msg.topic() or ""] = counts.get(msg.topic() or "", 0) + 1
                 got += 1
             if got:
@@ -378,6 +394,7 @@ class WorkerResult:
     rss_samples: list[tuple[float, int, int]] = field(default_factory=list)
     records_read: int = -1
     normalize_seconds: float = 0.0  # the workers' cdcnorm_decode_seconds sum: normalize wall time
+    duplicates: int = 0  # output records read more than once (replays after a rebalance)
 
     @property
     def rate(self) -> float:
