@@ -573,20 +573,21 @@ class CanalJsonDecoder(Decoder):
             if shapes is None:
                 shapes = []
                 self._shapes.put((db, table), shapes)
+            typed: frozenset[str] | None = None
+            untyped: tuple[tuple[str, Any], ...] = ()
             for shape in shapes:
-                if (
-                    shape.mysql == mysql_items
-                    and shape.sql == sql_items
-                    and shape.pk == pk
-                    and shape.untyped == _untyped(rows, shape.typed)
-                ):
-                    return shape.schema
+                if shape.mysql == mysql_items and shape.sql == sql_items and shape.pk == pk:
+                    if typed is None or shape.typed != typed:  # shapes of one table mostly share it
+                        typed = shape.typed
+                        untyped = _untyped(rows, typed)
+                    if shape.untyped == untyped:
+                        return shape.schema
             schema, by_shape = self._build_schema(doc, db, table, data, old, raw)
             if by_shape:
-                typed = frozenset(mysql) | frozenset(sql)
+                names = frozenset(mysql) | frozenset(sql)
                 if len(shapes) >= _SHAPES_PER_TABLE:
                     del shapes[0]  # the oldest
-                shapes.append(_Shape(mysql_items, sql_items, pk, typed, _untyped(rows, typed), schema))
+                shapes.append(_Shape(mysql_items, sql_items, pk, names, _untyped(rows, names), schema))
             return schema
         return self._build_schema(doc, db, table, data, old, raw)[0]
 
