@@ -95,6 +95,78 @@ class FormatWorkload:
         for read in self.baseline_reads:
             read()
 
+    def floor_work(self, build: bool) -> Callable[[], None]:
+        """A floor: what any decoder built on orjson must do, with the logic in between free.
+
+        Per message: ``orjson.loads`` of the input, then ``orjson.dumps`` of every output record's
+        key and value *payload*, each spliced behind its pre-serialized Connect schema as the
+        emitter does. The payloads are this pipeline's own output, taken beforehand.
+
+        * ``build=False`` (the I/O floor): the payloads are serialized as they are;
+        * ``build=True`` (the build floor): each dict and list in a payload is first copied once
+          with ``dict.copy``/``list.copy``. A decoder has to build those objects from its input;
+          a C-level copy of a finished one is cheaper than any way of building it.
+
+        Nothing is looked up, checked or converted, so a floor's ratio to the baseline is the
+        highest ratio a pure-Python decoder producing these records could reach.
+        """
+        loads, dumps = orjson.loads, orjson.dumps
+        plan: list[tuple[bytes, list[tuple[bytes, Any, CopyPlan]]]] = []
+        for pipeline, message in self.items:
+            parts: list[tuple[bytes, Any, CopyPlan]] = []
+            for record in pipeline.process(message):
+                for data in (record.key_bytes(), record.value_bytes()):
+                    if data is None:
+                        continue
+                    doc = loads(data)
+                    prefix = b""
+                    if isinstance(doc, dict) and list(doc) == ["schema", "payload"]:
+                        prefix = b'{"schema":' + dumps(doc["schema"]) + b',"payload":'
+                        doc = doc["payload"]
+                    parts.append((prefix, doc, _copy_plan(doc) if isinstance(doc, dict | list) else ()))
+            plan.append((message.value or b"", parts))
+
+        def run_io() -> None:
+            for value, parts in plan:
+                if value[:1] in (b"{", b"["):
+                    loads(value)
+                for prefix, payload, _ in parts:
+                    if prefix:
+                        b"".join((prefix, dumps(payload), b"}"))
+                    else:
+                        dumps(payload)
+
+        def run_build() -> None:
+            for value, parts in plan:
+                if value[:1] in (b"{", b"["):
+                    loads(value)
+                for prefix, payload, copy_plan in parts:
+                    if copy_plan or isinstance(payload, dict | list):
+                        payload = _copy(payload, copy_plan)
+                    if prefix:
+                        b"".join((prefix, dumps(payload), b"}"))
+                    else:
+                        dumps(payload)
+
+        return run_build if build else run_io
+
+
+# A copy plan: the keys (or list indexes) of a document that hold dicts or lists, each with its own
+# plan. Copying along a plan copies every container once, in C (``dict.copy``, ``list.copy``).
+CopyPlan = tuple[tuple[Any, "CopyPlan"], ...]
+
+
+def _copy_plan(doc: Any) -> CopyPlan:
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc)
+    return tuple((k, _copy_plan(v)) for k, v in items if isinstance(v, dict | list))
+
+
+def _copy(doc: Any, plan: CopyPlan) -> Any:
+    out = doc.copy()
+    for k, sub in plan:
+        out[k] = _copy(doc[k], sub)
+    return out
+
 
 def _json_baseline(value: bytes) -> Callable[[], Any]:
     loads, dumps = orjson.loads, orjson.dumps
@@ -214,22 +286,28 @@ def measure(report: BenchReport, format_id: str, size_bytes: int, repeats: int) 
     work = load_workload(format_id, size_bytes)
     n_msgs = len(work.items)
     n_records = work.run_pipeline()
-    times = interleaved(
-        {
-            "baseline": work.run_baseline,
-            "pipeline": work.run_pipeline,
-            "events": work.run_events,
-            "process": work.run_process,
-        },
-        repeats=repeats,
-        clock="cpu",
-    )
+    is_json = format_id not in BINARY and format_id != "arcion-csv"
+    fns = {
+        "baseline": work.run_baseline,
+        "pipeline": work.run_pipeline,
+        "events": work.run_events,
+        "process": work.run_process,
+    }
+    if is_json:
+        fns["io_floor"] = work.floor_work(build=False)
+        fns["build_floor"] = work.floor_work(build=True)
+    times = interleaved(fns, repeats=repeats, clock="cpu")
     mb = work.n_bytes / 1e6
     full = times["pipeline"]
     decode = min(times["events"], full)
     emit = min(max(0.0, times["process"] - decode), full - decode)
     split = f"decode {decode / full:.0%} / emit {emit / full:.0%} / serialize {max(0.0, full - decode - emit) / full:.0%}"
-    is_json = format_id not in BINARY and format_id != "arcion-csv"
+    budget = ""
+    if "build_floor" in times:
+        # what the decoder may spend beyond the build floor and still meet the target, per message
+        allowed = (times["baseline"] / JSON_TARGET - times["build_floor"]) / n_msgs * 1e6
+        spent = (full - times["build_floor"]) / n_msgs * 1e6
+        budget = f"; logic beyond the build floor: {spent:.1f} µs/msg, at the target {allowed:.1f}"
     report.add(
         Ratio(
             f"{format_id} msgs/s",
@@ -238,9 +316,24 @@ def measure(report: BenchReport, format_id: str, size_bytes: int, repeats: int) 
             "msgs/s",
             target=JSON_TARGET if is_json else None,
             baseline_name=_baseline_name(format_id),
-            note=f"{mb / full:.1f} MB/s in; {n_records / n_msgs:.2f} records/msg; {split}",
+            note=f"{mb / full:.1f} MB/s in; {n_records / n_msgs:.2f} records/msg; {split}{budget}",
         )
     )
+    for name, label, what in (
+        ("io_floor", "I/O floor", "loads of the input + dumps of the same output"),
+        ("build_floor", "build floor", "the I/O floor + a C copy of each output dict/list"),
+    ):
+        if name in times:
+            report.add(
+                Ratio(
+                    f"{format_id} {label} msgs/s",
+                    n_msgs / times[name],
+                    n_msgs / times["baseline"],
+                    "msgs/s",
+                    baseline_name=_baseline_name(format_id),
+                    note=f"{what}: a ceiling of the ratio above",
+                )
+            )
 
 
 def profile(format_id: str, size_bytes: int, top: int = 30) -> None:

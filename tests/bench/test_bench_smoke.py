@@ -68,6 +68,22 @@ def test_decoders_bench_every_format(tmp_path: Path) -> None:
     assert {r["name"].split()[0] for r in result["ratios"]} == set(decoders.FORMATS)
     json_targets = [r for r in result["ratios"] if r["target"] is not None]
     assert len(json_targets) == len(decoders.FORMATS) - 3  # not arcion-csv, dts-avro, qlik-avro
+    by_name = {r["name"]: r for r in result["ratios"]}
+    for r in json_targets:
+        fmt = r["name"].split()[0]
+        io_floor, build_floor = by_name[f"{fmt} I/O floor msgs/s"], by_name[f"{fmt} build floor msgs/s"]
+        # the floors do a strict subset of the pipeline's work on the same messages
+        assert build_floor["value"] > r["value"] and io_floor["value"] > r["value"], fmt
+        assert "logic beyond the build floor" in r["note"]
+
+
+def test_floor_copies_every_container_once() -> None:
+    doc = {"a": {"b": [1, {"c": 2}]}, "d": 3}
+    plan = decoders._copy_plan(doc)
+    copy = decoders._copy(doc, plan)
+    assert copy == doc
+    assert copy is not doc and copy["a"] is not doc["a"] and copy["a"]["b"] is not doc["a"]["b"]
+    assert copy["a"]["b"][1] is not doc["a"]["b"][1]
 
 
 def test_decoder_workload_repeats_golden_messages() -> None:
