@@ -60,7 +60,7 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parents[1]
 CANAL_DIR = ROOT / "tests" / "data" / "canal-json"
-MESSAGES = {"tiny": 5_000, "small": 50_000, "full": 200_000}
+MESSAGES = {"tiny": 20_000, "small": 50_000, "full": 200_000}
 TARGET = 0.5
 PREFIX_KEY_STRIDE = 10  # rows per message < 10, so key = message index * 10 + row index is unique
 
@@ -512,11 +512,13 @@ class WorkerFleet:
         """A start point for :meth:`measure`: now, the workers' CPU seconds, 0 messages."""
         return (time.perf_counter(), self.cpu_seconds(), 0.0)
 
-    def measure(self, n: int, timeout_s: float, poll_s: float = 0.1, rss_every_s: float = 0.0,
+    def measure(self, n: int, timeout_s: float, poll_s: float = 0.05, rss_every_s: float = 0.0,
                 start: tuple[float, float, float] | None = None) -> WorkerResult:
         """Poll until ``n`` messages were consumed and every output was acknowledged.
 
-        Without ``start`` the clock starts at the first poll that sees a consumed message.
+        Without ``start`` the clock starts at the first poll that sees a consumed message, and
+        the rate is that of the messages consumed after it. A workload the workers consume
+        entirely between two polls cannot be timed that way: that is an error, not a result.
         """
         deadline = time.monotonic() + timeout_s
         first = start
@@ -542,6 +544,11 @@ class WorkerFleet:
                 peak = max(peak, rss)
                 samples.append((round(time.monotonic() - started, 2), int(seen), rss))
             if first is None and seen > 0:
+                if seen >= n:
+                    raise RuntimeError(
+                        f"the workers consumed all {n:,} messages before the first poll saw one: too few "
+                        "messages to time; run with more (--messages)"
+                    )
                 first = (now, cpu, seen)
             if seen >= n and m.get("cdcnorm_inflight_messages", 1.0) == 0:
                 assert first is not None

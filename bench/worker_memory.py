@@ -27,7 +27,7 @@ from service.local import create_topics
 
 __all__ = ["main"]
 
-MESSAGES = {"tiny": 10_000, "small": 60_000, "full": 1_000_000}
+MESSAGES = {"tiny": 20_000, "small": 60_000, "full": 1_000_000}
 LIMIT_MIB = 300.0
 GROWTH_TARGET = 1.5
 MIB = 2**20
