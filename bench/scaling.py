@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             res, read = run_fleet(broker, n, k, workdir)
             results[k] = res
             print(f"{k} worker(s): {res.rate:,.0f} msg/s, {res.cpu_per_message_us:.1f} us CPU/msg, "
-                  f"{read:,} records read ({res.duplicates:,} replayed by rebalances)", flush=True)
+                  f"machine CPU {res.machine_busy:.0%} busy, {read:,} records read ({res.duplicates:,} replayed by rebalances)", flush=True)
     finally:
         broker.stop()
     report.params.update(messages=n, partitions=PARTITIONS, processes=sizes, cpus=os.cpu_count(),
@@ -115,7 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for k, res in sorted(results.items()):
         report.add(Ratio(f"CPU per message, {k} processes", res.cpu_per_message_us, one.cpu_per_message_us,
                          "us/msg", baseline_name=base_name,
-                         note=f"{res.rate:,.0f} msg/s; {res.duplicates:,} records replayed by rebalances"))
+                         note=f"{res.rate:,.0f} msg/s; machine CPU {res.machine_busy:.0%} busy "
+                         f"({os.cpu_count()} cores); {res.duplicates:,} records replayed by rebalances"))
     return report.finish(args)
 
 

@@ -394,6 +394,7 @@ class WorkerResult:
     rss_samples: list[tuple[float, int, int]] = field(default_factory=list)
     records_read: int = -1
     normalize_seconds: float = 0.0  # the workers' cdcnorm_decode_seconds sum: normalize wall time
+    machine_busy: float = 0.0  # the share of all the machine's cores busy (any process) meanwhile
     duplicates: int = 0  # output records read more than once (replays after a rebalance)
 
     @property
@@ -403,6 +404,15 @@ class WorkerResult:
     @property
     def cpu_per_message_us(self) -> float:
         return self.cpu_seconds / self.messages * 1e6
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all the machine's cores have spent not idle since boot (every process)."""
+    import psutil
+
+    t = psutil.cpu_times()
+    # (guest time is already in user/nice on Linux; steal is another machine's)
+    return float(t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0))
 
 
 class WorkerFleet:
@@ -430,7 +440,7 @@ class WorkerFleet:
                 profile.mkdir(parents=True, exist_ok=True)
                 spy = Path(sys.executable).with_name("py-spy")
                 self.profilers.append(subprocess.Popen(
-                    [str(spy), "record", "--pid", str(self.procs[-1].pid), "--rate", "200",
+                    [str(spy), "record", "--pid", str(self.procs[-1].pid), "--rate", "200", "--idle", "--threads",
                      "--format", "speedscope", "-o", str(profile / f"worker{i}.speedscope.json")],
                     stdout=subprocess.DEVNULL, stderr=(profile / f"py-spy{i}.log").open("wb"),
                 ))
@@ -508,12 +518,13 @@ class WorkerFleet:
 
         return [int(psutil.Process(p.pid).memory_info().rss) for p in self.procs]
 
-    def mark(self) -> tuple[float, float, float]:
-        """A start point for :meth:`measure`: now, the workers' CPU seconds, 0 messages."""
-        return (time.perf_counter(), self.cpu_seconds(), 0.0)
+    def mark(self) -> tuple[float, float, float, float]:
+        """A start point for :meth:`measure`: now, the workers' CPU seconds, 0 messages, and the
+        machine's busy CPU seconds."""
+        return (time.perf_counter(), self.cpu_seconds(), 0.0, machine_busy_seconds())
 
     def measure(self, n: int, timeout_s: float, poll_s: float = 0.05, rss_every_s: float = 0.0,
-                start: tuple[float, float, float] | None = None) -> WorkerResult:
+                start: tuple[float, float, float, float] | None = None) -> WorkerResult:
         """Poll until ``n`` messages were consumed and every output was acknowledged.
 
         Without ``start`` the clock starts at the first poll that sees a consumed message, and
@@ -549,7 +560,7 @@ class WorkerFleet:
                         f"the workers consumed all {n:,} messages before the first poll saw one: too few "
                         "messages to time; run with more (--messages)"
                     )
-                first = (now, cpu, seen)
+                first = (now, cpu, seen, machine_busy_seconds())
             if seen >= n and m.get("cdcnorm_inflight_messages", 1.0) == 0:
                 assert first is not None
                 peak = max(peak, *self.rss())
@@ -558,6 +569,7 @@ class WorkerFleet:
                     messages=int(seen - first[2]),
                     seconds=now - first[0],
                     cpu_seconds=cpu - first[1],
+                    machine_busy=(machine_busy_seconds() - first[3]) / ((now - first[0]) * (os.cpu_count() or 1)),
                     records_acked=int(m.get("cdcnorm_records_out_total", 0)),
                     dlq=int(m.get("cdcnorm_dlq_total", 0)),
                     peak_rss=peak,
@@ -694,6 +706,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "sharing the CPU with the consumer thread, librdkafka and the broker")
         report.info("worker records/s", best_worker.records_read / best_worker.seconds, "records/s")
         report.info("worker peak RSS", best_worker.peak_rss / 2**20, "MiB")
+        report.info("machine CPU busy during the worker run", f"{best_worker.machine_busy:.0%}", "",
+                    f"all processes (worker, broker, ...) on {os.cpu_count()} cores")
         return report.finish(args)
     finally:
         broker.stop()
