@@ -12,6 +12,12 @@ Baselines on the same bytes in the same run:
 * ``dts-avro``, ``qlik-avro``: ``fastavro.schemaless_reader`` of the message (for Qlik, the
   envelope and the body it carries, as the decoder reads them).
 
+Two floors per JSON format (:meth:`FormatWorkload.floor_work`) bound what any pure-Python
+decoder can reach on the same messages: the I/O floor (loads of the input, dumps of the same
+output payloads) and the build floor (the I/O floor plus a C copy of every output object). The
+note of each format says how much time the pipeline spends beyond the build floor, and how much
+the target would allow there.
+
 Run: ``python -m bench.decoders [--size tiny|small|full] [--formats canal-json,...] [--profile FMT]``.
 """
 
