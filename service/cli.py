@@ -296,9 +296,18 @@ def tail(
 
 def _print_tables(console: Console, tables: dict[str, Any], title: str) -> None:
     summary = Table(title=title, title_justify="left")
-    for column in ("table", "rows", "snapshots", "data files"):
-        summary.add_column(column, no_wrap=True)
-    summary.add_column("a row", no_wrap=True, overflow="ellipsis", max_width=90)
+    # On a narrow terminal the sample row is cut, then long table names; never the counts.
+    counts = {"rows": "count", "snapshots": "snapshots", "data files": "data_files"}
+    count_widths = {
+        header: max([len(header), *(len(str(info[key])) for info in tables.values())])
+        for header, key in counts.items()
+    }
+    room = console.width - 2 * (len(counts) + 2) - (len(counts) + 3) - sum(count_widths.values())
+    name_width = min(max((len(n) for n in tables), default=5), 40, max(12, room - 10))
+    summary.add_column("table", no_wrap=True, overflow="ellipsis", width=name_width)
+    for header, width in count_widths.items():
+        summary.add_column(header, no_wrap=True, justify="right", width=width)
+    summary.add_column("a row", no_wrap=True, overflow="ellipsis", width=max(10, min(90, room - name_width)))
     for name, info in tables.items():
         sample = orjson.dumps(info["rows"][0], default=str).decode() if info["rows"] else ""
         summary.add_row(name, str(info["count"]), str(info["snapshots"]), str(info["data_files"]), sample)
