@@ -117,9 +117,11 @@ class FormatWorkload:
         highest ratio a pure-Python decoder producing these records could reach.
         """
         loads, dumps = orjson.loads, orjson.dumps
-        plan: list[tuple[bytes, list[tuple[bytes, Any, CopyPlan]]]] = []
+        # per message: its value, and per output document (key, value) the schema prefix it is
+        # spliced behind (b"" for none), its payload and, for the build floor, its copy plan
+        plan: list[tuple[bytes, list[tuple[bytes, Any, CopyPlan | None]]]] = []
         for pipeline, message in self.items:
-            parts: list[tuple[bytes, Any, CopyPlan]] = []
+            parts: list[tuple[bytes, Any, CopyPlan | None]] = []
             for record in pipeline.process(message):
                 for data in (record.key_bytes(), record.value_bytes()):
                     if data is None:
@@ -129,32 +131,23 @@ class FormatWorkload:
                     if isinstance(doc, dict) and list(doc) == ["schema", "payload"]:
                         prefix = b'{"schema":' + dumps(doc["schema"]) + b',"payload":'
                         doc = doc["payload"]
-                    parts.append((prefix, doc, _copy_plan(doc) if isinstance(doc, dict | list) else ()))
+                    copy_plan = _copy_plan(doc) if build and isinstance(doc, dict | list) else None
+                    parts.append((prefix, doc, copy_plan))
             plan.append((message.value or b"", parts))
 
-        def run_io() -> None:
+        def run() -> None:
             for value, parts in plan:
-                if value[:1] in (b"{", b"["):
-                    loads(value)
-                for prefix, payload, _ in parts:
-                    if prefix:
-                        b"".join((prefix, dumps(payload), b"}"))
-                    else:
-                        dumps(payload)
-
-        def run_build() -> None:
-            for value, parts in plan:
-                if value[:1] in (b"{", b"["):
-                    loads(value)
+                if value:
+                    loads(value)  # as the baseline does
                 for prefix, payload, copy_plan in parts:
-                    if copy_plan or isinstance(payload, dict | list):
+                    if copy_plan is not None:
                         payload = _copy(payload, copy_plan)
                     if prefix:
                         b"".join((prefix, dumps(payload), b"}"))
                     else:
                         dumps(payload)
 
-        return run_build if build else run_io
+        return run
 
 
 # A copy plan: the keys (or list indexes) of a document that hold dicts or lists, each with its own

@@ -60,7 +60,7 @@ def run_fleet(broker: Broker, n: int, processes: int, workdir: Path) -> tuple[Wo
         print(f"{processes} worker(s) assigned: {assignment}", flush=True)
         start = fleet.mark()
         produce(broker.bootstrap, source, workload.messages)
-        print(f"produced {n:,} messages in {time.perf_counter() - start[0]:.1f}s", flush=True)
+        print(f"produced {n:,} messages in {time.perf_counter() - start.time:.1f}s", flush=True)
         result = fleet.measure(n, timeout_s=max(120.0, n / 300), start=start)
         # the workers count a message when it is consumed; wait until its output is on the broker
         # (acks in flight) before stopping them, so the completeness check below is meaningful

@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import yaml
@@ -48,6 +48,7 @@ __all__ = [
     "BaselineResult",
     "Broker",
     "CanalWorkload",
+    "Mark",
     "WorkerFleet",
     "WorkerResult",
     "canal_workload",
@@ -406,6 +407,16 @@ class WorkerResult:
         return self.cpu_seconds / self.messages * 1e6
 
 
+class Mark(NamedTuple):
+    """Where a measurement starts: the clock, the workers' CPU seconds, the messages consumed so
+    far and the machine's busy CPU seconds."""
+
+    time: float
+    cpu: float
+    messages: float
+    machine_busy: float
+
+
 def machine_busy_seconds() -> float:
     """CPU seconds all the machine's cores have spent not idle since boot (every process)."""
     import psutil
@@ -518,13 +529,12 @@ class WorkerFleet:
 
         return [int(psutil.Process(p.pid).memory_info().rss) for p in self.procs]
 
-    def mark(self) -> tuple[float, float, float, float]:
-        """A start point for :meth:`measure`: now, the workers' CPU seconds, 0 messages, and the
-        machine's busy CPU seconds."""
-        return (time.perf_counter(), self.cpu_seconds(), 0.0, machine_busy_seconds())
+    def mark(self) -> Mark:
+        """A start point for :meth:`measure`: now, before any message is consumed."""
+        return Mark(time.perf_counter(), self.cpu_seconds(), 0.0, machine_busy_seconds())
 
     def measure(self, n: int, timeout_s: float, poll_s: float = 0.05, rss_every_s: float = 0.0,
-                start: tuple[float, float, float, float] | None = None) -> WorkerResult:
+                start: Mark | None = None) -> WorkerResult:
         """Poll until ``n`` messages were consumed and every output was acknowledged.
 
         Without ``start`` the clock starts at the first poll that sees a consumed message, and
@@ -560,16 +570,16 @@ class WorkerFleet:
                         f"the workers consumed all {n:,} messages before the first poll saw one: too few "
                         "messages to time; run with more (--messages)"
                     )
-                first = (now, cpu, seen, machine_busy_seconds())
+                first = Mark(now, cpu, seen, machine_busy_seconds())
             if seen >= n and m.get("cdcnorm_inflight_messages", 1.0) == 0:
                 assert first is not None
                 peak = max(peak, *self.rss())
                 return WorkerResult(
                     processes=len(self.procs),
-                    messages=int(seen - first[2]),
-                    seconds=now - first[0],
-                    cpu_seconds=cpu - first[1],
-                    machine_busy=(machine_busy_seconds() - first[3]) / ((now - first[0]) * (os.cpu_count() or 1)),
+                    messages=int(seen - first.messages),
+                    seconds=now - first.time,
+                    cpu_seconds=cpu - first.cpu,
+                    machine_busy=(machine_busy_seconds() - first.machine_busy) / ((now - first.time) * (os.cpu_count() or 1)),
                     records_acked=int(m.get("cdcnorm_records_out_total", 0)),
                     dlq=int(m.get("cdcnorm_dlq_total", 0)),
                     peak_rss=peak,

@@ -310,7 +310,7 @@ def _print_tables(console: Console, tables: dict[str, Any], title: str) -> None:
     summary.add_column("a row", no_wrap=True, overflow="ellipsis", width=max(10, min(90, room - name_width)))
     for name, info in tables.items():
         sample = orjson.dumps(info["rows"][0], default=str).decode() if info["rows"] else ""
-        summary.add_row(name, str(info["count"]), str(info["snapshots"]), str(info["data_files"]), sample)
+        summary.add_row(name, *(str(info[key]) for key in counts.values()), sample)
     console.print(summary)
 
 
