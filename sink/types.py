@@ -8,7 +8,7 @@ Connect type / logical name        Spark SQL type             Iceberg type
 =================================  =========================  ==========================
 int8, int16, int32                 int                        int
 int64                              bigint                     long
-float32 / float64                  float / double             float / double
+float / double                     float / double             float / double
 boolean / string / bytes           boolean / string / binary  boolean / string / binary
 Decimal(p, s)                      decimal(p, s) (p ≤ 38)     decimal(p, s)
 VariableScaleDecimal               decimal(38, 10)            decimal(38, 10)
@@ -129,8 +129,8 @@ _PRIMITIVES = {
     "int16": "int",
     "int32": "int",
     "int64": "bigint",
-    "float32": "float",
-    "float64": "double",
+    "float": "float",
+    "double": "double",
     "boolean": "boolean",
     "string": "string",
     "bytes": "binary",

@@ -22,14 +22,19 @@ __all__ = [
 
 
 class ConnectType(StrEnum):
-    """Kafka Connect schema types."""
+    """Kafka Connect schema types, valued by the names ``JsonConverter`` writes and reads.
+
+    The members are named after Java's ``Schema.Type``; the values are the JSON names, so
+    ``FLOAT32`` is ``"float"`` and ``FLOAT64`` is ``"double"`` (``JsonConverter`` rejects
+    ``"float32"``/``"float64"``).
+    """
 
     INT8 = "int8"
     INT16 = "int16"
     INT32 = "int32"
     INT64 = "int64"
-    FLOAT32 = "float32"
-    FLOAT64 = "float64"
+    FLOAT32 = "float"
+    FLOAT64 = "double"
     BOOLEAN = "boolean"
     STRING = "string"
     BYTES = "bytes"

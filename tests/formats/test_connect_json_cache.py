@@ -98,7 +98,7 @@ def _variants() -> list[Any]:
         target = fields[index]["parameters"] if field == "scale" else fields[index]
         target[field] = value
         out.append(_envelope(after, fields, SOURCE_FIELDS))
-    for source_type in ("string", "int32", "boolean", "struct", "float64"):
+    for source_type in ("string", "int32", "boolean", "struct", "double"):
         source_fields = copy.deepcopy(SOURCE_FIELDS)
         source_fields[1]["type"] = source_type
         out.append(_envelope(after, ROW_FIELDS, source_fields))

@@ -102,7 +102,7 @@ def test_update_without_before_has_null_before() -> None:
 
 def test_int_and_float_widen_to_float() -> None:
     event = one_change({**BASE, "op_type": "U", "before": {"w": 1}, "after": {"w": 5.1}})
-    assert event.table.columns[0].type.value == "float64"
+    assert event.table.columns[0].type.value == "double"
     assert event.before == {"w": 1.0}
 
 

@@ -126,7 +126,9 @@ _SIMPLE_TYPES: dict[str, tuple[ConnectType, str | None]] = {
     "int16": (ConnectType.INT16, None),
     "int32": (ConnectType.INT32, None),
     "int64": (ConnectType.INT64, None),
-    "float32": (ConnectType.FLOAT32, None),
+    "float": (ConnectType.FLOAT32, None),
+    "double": (ConnectType.FLOAT64, None),
+    "float32": (ConnectType.FLOAT32, None),  # Java's Schema.Type names, accepted as aliases
     "float64": (ConnectType.FLOAT64, None),
     "boolean": (ConnectType.BOOLEAN, None),
     "string": (ConnectType.STRING, None),
@@ -216,7 +218,7 @@ class ArcionFileOptions(FormatOptions):
     column_types: dict[str, str] = Field(
         default_factory=dict,
         alias="column.types",
-        description="Connect types of columns, 'name:type,...' (int8..int64, float32, float64, boolean, "
+        description="Connect types of columns, 'name:type,...' (int8..int64, float, double, boolean, "
         "string, decimal, decimal(p,s), date, time, timestamp, micro-timestamp, zoned-timestamp, json); "
         "other columns stay strings.",
     )

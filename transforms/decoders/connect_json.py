@@ -201,11 +201,11 @@ def columns_from_struct(schema: Any, where: str = "schema") -> tuple[Column, ...
 def infer_columns(*images: Mapping[str, Any] | None) -> tuple[Column, ...]:
     """Columns for schemaless rows: the union of the images' fields, typed by the first non-null value.
 
-    Numbers become int64/float64 (float64 if any image has a fraction), strings string, objects
+    Numbers become int64/double (double if any image has a fraction), strings string, objects
     ``io.debezium.data.Json``, booleans boolean.
 
     >>> [c.type.value for c in infer_columns({"a": 1, "b": None}, {"a": 1.5, "b": "x"})]
-    ['float64', 'string']
+    ['double', 'string']
     """
     values: dict[str, Any] = {}
     floats: set[str] = set()

@@ -10,7 +10,7 @@ A column the table has but an image lacks is *absent* in that image and becomes
 
 >>> cols = infer_columns([{"id": 1, "w": None}, {"id": 1, "w": 2.5}])
 >>> [(c.name, c.type.value) for c in cols]
-[('id', 'int64'), ('w', 'float64')]
+[('id', 'int64'), ('w', 'double')]
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def _widen(old: Column, new: Column) -> Column:
 def infer_columns(images: Iterable[Mapping[str, Any] | None]) -> tuple[Column, ...]:
     """Columns for the union of the images' keys, in first-seen order, typed from their values.
 
-    A column typed from its first non-null value; ints and floats widen to float64, other
+    A column typed from its first non-null value; ints and floats widen to double, other
     conflicts to string; a column that is null (or absent) everywhere is a string.
     """
     found: dict[str, Column | None] = {}

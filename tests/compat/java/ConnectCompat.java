@@ -1,0 +1,261 @@
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.debezium.transforms.ExtractNewRecordState;
+import java.io.BufferedReader;
+import java.io.FileDescriptor;
+import java.io.FileOutputStream;
+import java.io.InputStreamReader;
+import java.io.PrintStream;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.Map;
+import java.util.Objects;
+import org.apache.kafka.connect.data.Field;
+import org.apache.kafka.connect.data.Schema;
+import org.apache.kafka.connect.data.SchemaAndValue;
+import org.apache.kafka.connect.data.Struct;
+import org.apache.kafka.connect.json.JsonConverter;
+import org.apache.kafka.connect.source.SourceRecord;
+
+/**
+ * Checks canonical records against the real Kafka Connect and Debezium runtime.
+ *
+ * <p>Reads one request per line on stdin: {"id": ..., "topic": "...", "key": "<JSON text>"|null,
+ * "value": "<JSON text>"|null}. Writes one answer per line on stdout: {"id": ..., "ok": true} or
+ * {"id": ..., "ok": false, "stage": "...", "error": "..."}. The stages, in order:
+ *
+ * <ol>
+ *   <li>key.toConnectData / value.toConnectData: JsonConverter with schemas.enable=true accepts it;
+ *   <li>key.roundtrip / value.roundtrip: fromConnectData writes the same JSON back;
+ *   <li>unwrap: Debezium's ExtractNewRecordState (delete.tombstone.handling.mode=rewrite,
+ *       add.fields=op,table,source.ts_ms) yields a flat row equal to after (before for deletes).
+ * </ol>
+ */
+public final class ConnectCompat {
+  private static final ObjectMapper MAPPER = new ObjectMapper();
+
+  private static final class Failure extends Exception {
+    final String stage;
+
+    Failure(String stage, String message) {
+      super(message);
+      this.stage = stage;
+    }
+  }
+
+  private final JsonConverter keyConverter = new JsonConverter();
+  private final JsonConverter valueConverter = new JsonConverter();
+  private final ExtractNewRecordState<SourceRecord> unwrap = new ExtractNewRecordState<>();
+
+  private ConnectCompat() {
+    Map<String, Object> conv = new HashMap<>();
+    conv.put("schemas.enable", "true");
+    conv.put("schemas.cache.size", "100000");
+    keyConverter.configure(conv, true);
+    valueConverter.configure(conv, false);
+    Map<String, Object> smt = new HashMap<>();
+    smt.put("delete.tombstone.handling.mode", "rewrite");
+    smt.put("add.fields", "op,table,source.ts_ms");
+    unwrap.configure(smt);
+  }
+
+  public static void main(String[] args) throws Exception {
+    // answers own stdout; whatever the libraries log goes to stderr
+    PrintStream out = new PrintStream(new FileOutputStream(FileDescriptor.out), false, StandardCharsets.UTF_8);
+    System.setOut(System.err);
+    ConnectCompat compat = new ConnectCompat();
+    BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+    String line;
+    while ((line = in.readLine()) != null) {
+      if (line.isBlank()) {
+        continue;
+      }
+      ObjectNode answer = MAPPER.createObjectNode();
+      try {
+        JsonNode request = MAPPER.readTree(line);
+        answer.set("id", request.get("id"));
+        compat.check(request);
+        answer.put("ok", true);
+      } catch (Failure f) {
+        answer.put("ok", false);
+        answer.put("stage", f.stage);
+        answer.put("error", f.getMessage());
+      } catch (Exception e) {
+        answer.put("ok", false);
+        answer.put("stage", "request");
+        answer.put("error", describe(e));
+      }
+      out.println(MAPPER.writeValueAsString(answer));
+      out.flush();
+    }
+  }
+
+  private static String describe(Throwable e) {
+    StringBuilder sb = new StringBuilder(e.getClass().getSimpleName() + ": " + e.getMessage());
+    for (Throwable c = e.getCause(); c != null && c != c.getCause(); c = c.getCause()) {
+      sb.append(" <- ").append(c.getClass().getSimpleName()).append(": ").append(c.getMessage());
+    }
+    return sb.toString();
+  }
+
+  private static byte[] text(JsonNode request, String name) {
+    JsonNode node = request.get(name);
+    return node == null || node.isNull() ? null : node.asText().getBytes(StandardCharsets.UTF_8);
+  }
+
+  private void check(JsonNode request) throws Exception {
+    String topic = request.get("topic").asText();
+    SchemaAndValue key = convert(keyConverter, "key", topic, text(request, "key"));
+    SchemaAndValue value = convert(valueConverter, "value", topic, text(request, "value"));
+    checkUnwrap(topic, key, value);
+  }
+
+  private static SchemaAndValue convert(JsonConverter converter, String part, String topic, byte[] bytes)
+      throws Failure {
+    SchemaAndValue data;
+    try {
+      data = converter.toConnectData(topic, bytes);
+    } catch (Exception e) {
+      throw new Failure(part + ".toConnectData", describe(e));
+    }
+    if (bytes == null) {
+      return data;
+    }
+    byte[] back;
+    try {
+      back = converter.fromConnectData(topic, data.schema(), data.value());
+    } catch (Exception e) {
+      throw new Failure(part + ".fromConnectData", describe(e));
+    }
+    try {
+      String diff = diff("", MAPPER.readTree(bytes), MAPPER.readTree(back));
+      if (diff != null) {
+        throw new Failure(part + ".roundtrip", diff);
+      }
+    } catch (java.io.IOException e) {
+      throw new Failure(part + ".roundtrip", describe(e));
+    }
+    return data;
+  }
+
+  /** The first difference between two JSON trees, or null when they are equal. */
+  private static String diff(String path, JsonNode want, JsonNode got) {
+    if (want.isObject() && got.isObject()) {
+      for (Iterator<String> it = want.fieldNames(); it.hasNext(); ) {
+        String name = it.next();
+        JsonNode other = got.get(name);
+        if (other == null) {
+          return path + "/" + name + ": dropped by fromConnectData (was " + clip(want.get(name)) + ")";
+        }
+        String d = diff(path + "/" + name, want.get(name), other);
+        if (d != null) {
+          return d;
+        }
+      }
+      for (Iterator<String> it = got.fieldNames(); it.hasNext(); ) {
+        String name = it.next();
+        if (want.get(name) == null) {
+          return path + "/" + name + ": added by fromConnectData (" + clip(got.get(name)) + ")";
+        }
+      }
+      return null;
+    }
+    if (want.isArray() && got.isArray()) {
+      if (want.size() != got.size()) {
+        return path + ": " + want.size() + " items became " + got.size();
+      }
+      for (int i = 0; i < want.size(); i++) {
+        String d = diff(path + "/" + i, want.get(i), got.get(i));
+        if (d != null) {
+          return d;
+        }
+      }
+      return null;
+    }
+    if (want.equals(got)) {
+      return null;
+    }
+    return path + ": " + clip(want) + " came back as " + clip(got);
+  }
+
+  private static String clip(JsonNode node) {
+    String s = node.toString();
+    return s.length() > 120 ? s.substring(0, 120) + "..." : s;
+  }
+
+  private void checkUnwrap(String topic, SchemaAndValue key, SchemaAndValue value) throws Failure {
+    Schema schema = value.schema();
+    if (!(value.value() instanceof Struct) || schema == null || schema.name() == null
+        || !schema.name().endsWith(".Envelope")) {
+      return; // a tombstone, schema change or transaction record: not a row change
+    }
+    Struct envelope = (Struct) value.value();
+    String op = envelope.getString("op");
+    SourceRecord record =
+        new SourceRecord(
+            Map.of(), Map.of(), topic, 0, key.schema(), key.value(), schema, envelope);
+    SourceRecord flat;
+    try {
+      flat = unwrap.apply(record);
+    } catch (Exception e) {
+      throw new Failure("unwrap", describe(e));
+    }
+    if ("t".equals(op)) {
+      return; // truncates have no row; the SMT may drop or pass them
+    }
+    if (flat == null) {
+      throw new Failure("unwrap", "op " + op + ": ExtractNewRecordState dropped the record");
+    }
+    Struct image = (Struct) envelope.get("d".equals(op) ? "before" : "after");
+    if (image == null) {
+      throw new Failure("unwrap", "op " + op + ": no " + ("d".equals(op) ? "before" : "after") + " image");
+    }
+    if (!(flat.value() instanceof Struct)) {
+      throw new Failure("unwrap", "op " + op + ": flat value is " + flat.value());
+    }
+    Struct row = (Struct) flat.value();
+    for (Field field : image.schema().fields()) {
+      Object want = image.get(field);
+      Object got;
+      try {
+        got = row.get(field.name());
+      } catch (Exception e) {
+        throw new Failure("unwrap", "field " + field.name() + ": " + describe(e));
+      }
+      if (!same(want, got)) {
+        throw new Failure("unwrap", "field " + field.name() + ": " + want + " became " + got);
+      }
+    }
+    Struct source = envelope.getStruct("source");
+    expectField(row, "__op", op);
+    expectField(row, "__table", source == null ? null : source.get("table"));
+    expectField(row, "__source_ts_ms", source == null ? null : source.get("ts_ms"));
+    expectField(row, "__deleted", "d".equals(op) ? "true" : "false");
+  }
+
+  private static void expectField(Struct row, String name, Object want) throws Failure {
+    Object got;
+    try {
+      got = row.get(name);
+    } catch (Exception e) {
+      throw new Failure("unwrap", "added field " + name + ": " + describe(e));
+    }
+    if (!same(want, got)) {
+      throw new Failure("unwrap", "added field " + name + ": want " + want + ", got " + got);
+    }
+  }
+
+  private static boolean same(Object want, Object got) {
+    if (want instanceof ByteBuffer wb && got instanceof ByteBuffer gb) {
+      return wb.equals(gb);
+    }
+    if (want instanceof byte[] wa && got instanceof byte[] ga) {
+      return Arrays.equals(wa, ga);
+    }
+    return Objects.deepEquals(want, got);
+  }
+}
