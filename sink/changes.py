@@ -17,7 +17,8 @@ from typing import Any
 import orjson
 
 from sink.types import SinkColumn, columns_from_schema
-from transforms.values import UNAVAILABLE
+from transforms.envelope import AFTER, BEFORE, UNAVAILABLE_AFTER, UNAVAILABLE_BEFORE
+from transforms.values import UNAVAILABLE, UNAVAILABLE_BYTES
 
 __all__ = ["ChangeParseError", "SinkChange", "TableBatch", "compact", "ordering", "parse_record"]
 
@@ -110,14 +111,16 @@ def parse_record(
     key_doc = orjson.loads(key) if key else None
     key_schema = key_doc.get("schema") if isinstance(key_doc, dict) else None
     columns, key_cols = _columns(row_schema, key_schema)
-    image = payload.get("before") if op == "d" else payload.get("after")
+    image = payload.get(BEFORE) if op == "d" else payload.get(AFTER)
+    # absent columns: the placeholder where the type holds it, else null and named in the source block
+    listed = source.get(UNAVAILABLE_BEFORE if op == "d" else UNAVAILABLE_AFTER) or ()
     row: dict[str, Any] | None = None
     unavailable: set[str] = set()
     if isinstance(image, dict):
         row = {}
         for col in columns:
             raw = image.get(col.name, UNAVAILABLE)
-            if raw == UNAVAILABLE:
+            if raw == UNAVAILABLE or (raw == UNAVAILABLE_BYTES and col.sql_type == "binary") or col.name in listed:
                 unavailable.add(col.name)
                 row[col.name] = None
             else:

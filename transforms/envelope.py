@@ -29,11 +29,12 @@ from transforms.connect import (
     Column,
     ConnectType,
     DecimalHandlingMode,
+    Logical,
     TableSchema,
     column_schema,
     struct_schema,
 )
-from transforms.values import UNAVAILABLE, encoder_for, encoder_passes
+from transforms.values import UNAVAILABLE, UNAVAILABLE_BYTES, encoder_for, encoder_passes
 
 __all__ = [
     "AFTER",
@@ -42,6 +43,8 @@ __all__ = [
     "SOURCE",
     "TRANSACTION",
     "TS_MS",
+    "UNAVAILABLE_AFTER",
+    "UNAVAILABLE_BEFORE",
     "ChangeEvent",
     "EmitOptions",
     "Event",
@@ -54,6 +57,7 @@ __all__ = [
     "TransactionEvent",
     "TransactionRef",
     "TransactionStatus",
+    "absent_mark",
     "destination_topic",
     "emit",
     "key_payload",
@@ -71,6 +75,11 @@ SOURCE = "source"
 OP = "op"
 TS_MS = "ts_ms"
 TRANSACTION = "transaction"
+
+UNAVAILABLE_BEFORE = "unavailable_before"
+UNAVAILABLE_AFTER = "unavailable_after"
+"""``source`` fields naming the columns of ``before``/``after`` that the change does not carry and
+whose type cannot hold the placeholder string: they are ``null`` in the image (see :func:`absent_mark`)."""
 
 NEW_KEY_HEADER = "__debezium.newkey"
 OLD_KEY_HEADER = "__debezium.oldkey"
@@ -303,6 +312,30 @@ _TRANSACTION_SCHEMA = {
 }
 
 
+def absent_mark(col: Column, mode: DecimalHandlingMode) -> Any:
+    """What a column absent from a change (not NULL) is emitted as.
+
+    Where the Connect type can hold it, Debezium's placeholder: the string itself in a string
+    column, its UTF-8 bytes in a plain bytes column (as Debezium's ``unavailable.value.placeholder``).
+    Anywhere else (numbers, booleans, dates, decimals, structs, arrays) a string would make the
+    record invalid for a strict Connect consumer, so the cell is ``null`` and the column is named in
+    ``source.unavailable_after`` (or ``unavailable_before``); readers of those lists, such as the
+    sink, keep the stored value.
+
+    >>> absent_mark(Column("s", ConnectType.STRING), DecimalHandlingMode.PRECISE)
+    '__debezium_unavailable_value'
+    >>> absent_mark(Column("n", ConnectType.INT64), DecimalHandlingMode.PRECISE) is None
+    True
+    """
+    if col.is_decimal:
+        return UNAVAILABLE if mode is DecimalHandlingMode.STRING else None
+    if col.type is ConnectType.STRING:
+        return UNAVAILABLE
+    if col.type is ConnectType.BYTES and col.logical is None:
+        return UNAVAILABLE_BYTES
+    return None
+
+
 def _extra_type(value: Any) -> ConnectType:
     if isinstance(value, bool):
         return ConnectType.BOOLEAN
@@ -329,6 +362,27 @@ def _source_schema(connector: str, extras: tuple[tuple[str, ConnectType], ...]) 
     return schema
 
 
+def _string_array(name: str) -> dict[str, Any]:
+    return {"type": "array", "items": {"type": "string", "optional": False}, "optional": True, "field": name}
+
+
+_UNAVAILABLE_FIELDS = (_string_array(UNAVAILABLE_BEFORE), _string_array(UNAVAILABLE_AFTER))
+# id(source schema) -> (source schema, the same with the unavailable-column lists); see _encoded
+_with_unavailable_cache: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+
+def _with_unavailable(source_schema: dict[str, Any]) -> dict[str, Any]:
+    """``source_schema`` plus the optional ``unavailable_before``/``unavailable_after`` arrays."""
+    hit = _with_unavailable_cache.get(id(source_schema))
+    if hit is not None and hit[0] is source_schema:
+        return hit[1]
+    schema = {**source_schema, "fields": [*source_schema["fields"], *_UNAVAILABLE_FIELDS]}
+    if len(_with_unavailable_cache) > 10_000:
+        _with_unavailable_cache.clear()
+    _with_unavailable_cache[id(source_schema)] = (source_schema, schema)
+    return schema
+
+
 def _extra_value(value: Any) -> Any:
     if value is None or isinstance(value, str | int | float | bool):
         return value
@@ -351,6 +405,7 @@ class _TableCodec:
     """
 
     __slots__ = (
+        "absent_marks",
         "encoders",
         "envelope_name",
         "envelopes",
@@ -378,6 +433,10 @@ class _TableCodec:
         self.key_encoders = tuple(
             (c.name, enc, encoder_passes(enc)) for c in key_cols if (enc := encoder_for(c, mode)) is not None
         )
+        # what an absent cell becomes in a column that cannot hold the placeholder string
+        self.absent_marks = {
+            c.name: mark for c in table.columns if (mark := absent_mark(c, mode)) is not UNAVAILABLE
+        }
         # the source info of the last envelope, with its source block and schema (shared, never mutated)
         self.last_source: tuple[SourceInfo, dict[str, Any], dict[str, Any] | None] | None = None
         # id(source schema) -> (source schema, envelope schema); the entry keeps the id valid
@@ -406,9 +465,27 @@ class _TableCodec:
             self.envelopes[id(source_schema)] = (source_schema, _encoded(schema))
         return schema
 
+    def encode_image(self, row: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[str] | None]:
+        """The row in Connect JSON form, and the columns that are absent from it but cannot hold
+        the placeholder (emitted as null; see :func:`absent_mark`), or ``None`` when there are none.
+        """
+        if row is None:
+            return None, None
+        if UNAVAILABLE not in row.values():
+            return self.encode_row(row), None
+        row = dict(row)
+        missing: list[str] = []
+        marks = self.absent_marks
+        for name, value in row.items():
+            if type(value) is str and value == UNAVAILABLE and name in marks:
+                mark = row[name] = marks[name]
+                if mark is None:
+                    missing.append(name)
+        return self.encode_row(row), missing or None
+
     def encode_row(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
         """The row with its cells in Connect JSON form: ``row`` itself when no cell changes, else
-        a copy (the row is never modified)."""
+        a copy (the row is never modified). Absent cells must already be marked (``encode_image``)."""
         if row is None:
             return None
         out: dict[str, Any] | None = None
@@ -538,10 +615,16 @@ def _envelope_value(
         table = event.table
         source, source_schema = _source_block(info, table.db, table.schema, table.table, opts)
         codec.last_source = (info, source, source_schema)
+    before_json, before_missing = codec.encode_image(before)
+    after_json, after_missing = codec.encode_image(after)
+    if before_missing or after_missing:
+        source = {**source, UNAVAILABLE_BEFORE: before_missing, UNAVAILABLE_AFTER: after_missing}
+        if source_schema is not None:
+            source_schema = _with_unavailable(source_schema)
     tx = event.transaction
     payload = {
-        BEFORE: codec.encode_row(before),
-        AFTER: codec.encode_row(after),
+        BEFORE: before_json,
+        AFTER: after_json,
         SOURCE: source,
         OP: op._value_,
         TS_MS: event.ts_ms if event.ts_ms is not None else event.source.ts_ms,
@@ -620,29 +703,135 @@ def _emit_change(event: ChangeEvent, opts: EmitOptions) -> list[OutRecord]:
     return [record]
 
 
+# java.sql.Types codes for Debezium's tableChanges[].table.columns[].jdbcType, by Connect type
+_JDBC_TYPES = {
+    ConnectType.INT8: -6,  # TINYINT
+    ConnectType.INT16: 5,  # SMALLINT
+    ConnectType.INT32: 4,  # INTEGER
+    ConnectType.INT64: -5,  # BIGINT
+    ConnectType.FLOAT32: 7,  # REAL
+    ConnectType.FLOAT64: 8,  # DOUBLE
+    ConnectType.BOOLEAN: 16,  # BOOLEAN
+    ConnectType.STRING: 12,  # VARCHAR
+    ConnectType.BYTES: -3,  # VARBINARY
+    ConnectType.ARRAY: 2003,  # ARRAY
+    ConnectType.MAP: 1111,  # OTHER
+    ConnectType.STRUCT: 2002,  # STRUCT
+}
+_JDBC_LOGICAL_TYPES = {
+    Logical.DECIMAL: 3,  # DECIMAL
+    Logical.VARIABLE_SCALE_DECIMAL: 3,
+    Logical.DATE: 91,  # DATE
+    Logical.CONNECT_DATE: 91,
+    Logical.TIME: 92,  # TIME
+    Logical.MICRO_TIME: 92,
+    Logical.NANO_TIME: 92,
+    Logical.CONNECT_TIME: 92,
+    Logical.ZONED_TIME: 2013,  # TIME_WITH_TIMEZONE
+    Logical.TIMESTAMP: 93,  # TIMESTAMP
+    Logical.MICRO_TIMESTAMP: 93,
+    Logical.NANO_TIMESTAMP: 93,
+    Logical.CONNECT_TIMESTAMP: 93,
+    Logical.ZONED_TIMESTAMP: 2014,  # TIMESTAMP_WITH_TIMEZONE
+}
+
+
+def _jdbc_type(col: Column) -> int:
+    return _JDBC_LOGICAL_TYPES.get(col.logical or "", _JDBC_TYPES[col.type])
+
+
 def _table_change(table: TableSchema, change_type: str) -> dict[str, Any]:
+    """One ``tableChanges[]`` entry, shaped as Debezium's ``ConnectTableChangeSerializer`` writes it."""
     return {
         "type": change_type,
         "id": f'"{table.qualified_name}"',
         "table": {
+            "defaultCharsetName": None,
             "primaryKeyColumnNames": list(table.key),
             "columns": [
                 {
                     "name": c.name,
-                    "jdbcType": None,
+                    "jdbcType": _jdbc_type(c),
+                    "nativeType": None,
                     "typeName": c.source_type or c.type.value,
                     "typeExpression": c.source_type or c.type.value,
-                    "connectType": c.type.value,
-                    "connectName": c.logical,
+                    "charsetName": None,
                     "length": c.precision,
                     "scale": c.scale,
                     "position": i + 1,
                     "optional": c.optional,
+                    "autoIncremented": None,
+                    "generated": None,
+                    "comment": None,
+                    "defaultValueExpression": None,
+                    "enumValues": None,
                 }
                 for i, c in enumerate(table.columns)
             ],
+            "comment": None,
         },
     }
+
+
+def _field(ctype: str, name: str, optional: bool = True) -> dict[str, Any]:
+    return {"type": ctype, "optional": optional, "field": name}
+
+
+def _string_list(name: str) -> dict[str, Any]:
+    return {"type": "array", "items": {"type": "string", "optional": False}, "optional": True, "field": name}
+
+
+# Debezium's io.debezium.connector.schema.Change (ConnectTableChangeSerializer), as JsonConverter writes it
+_CHANGE_SCHEMA = {
+    "type": "struct",
+    "fields": [
+        _field("string", "type", False),
+        _field("string", "id", False),
+        {
+            "type": "struct",
+            "fields": [
+                _field("string", "defaultCharsetName"),
+                _string_list("primaryKeyColumnNames"),
+                {
+                    "type": "array",
+                    "items": {
+                        "type": "struct",
+                        "fields": [
+                            _field("string", "name", False),
+                            _field("int32", "jdbcType", False),
+                            _field("int32", "nativeType"),
+                            _field("string", "typeName", False),
+                            _field("string", "typeExpression"),
+                            _field("string", "charsetName"),
+                            _field("int32", "length"),
+                            _field("int32", "scale"),
+                            _field("int32", "position", False),
+                            _field("boolean", "optional"),
+                            _field("boolean", "autoIncremented"),
+                            _field("boolean", "generated"),
+                            _field("string", "comment"),
+                            _field("string", "defaultValueExpression"),
+                            _string_list("enumValues"),
+                        ],
+                        "optional": False,
+                        "name": "io.debezium.connector.schema.Column",
+                        "version": 1,
+                    },
+                    "optional": False,
+                    "field": "columns",
+                },
+                _field("string", "comment"),
+            ],
+            "optional": True,
+            "name": "io.debezium.connector.schema.Table",
+            "version": 1,
+            "field": "table",
+        },
+    ],
+    "optional": False,
+    "name": "io.debezium.connector.schema.Change",
+    "version": 1,
+}
 
 
 _SCHEMA_CHANGE_KEY_SCHEMA = {
@@ -678,7 +867,7 @@ def _emit_schema_change(event: SchemaChangeEvent, opts: EmitOptions) -> list[Out
             {"type": "string", "optional": True, "field": "ddl"},
             {
                 "type": "array",
-                "items": {"type": "struct", "fields": [], "optional": False, "name": "io.debezium.connector.schema.Change"},
+                "items": _CHANGE_SCHEMA,
                 "optional": False,
                 "field": "tableChanges",
             },
@@ -755,7 +944,7 @@ def _emit_row(event: RowEvent, opts: EmitOptions) -> list[OutRecord]:
     key = _wrap_key(codec.key(event.key_source, None), opts)
     out: list[OutRecord] = []
     if event.row is not None:
-        payload = codec.encode_row(event.row)
+        payload, _ = codec.encode_image(event.row)
         value = {"schema": codec.row_schema, "payload": payload} if opts.schemas else payload
         out.append(OutRecord(topic, key, value, event.headers))
     if event.op is Operation.DELETE and event.tombstone and opts.tombstones and key is not None:

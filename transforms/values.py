@@ -28,6 +28,7 @@ __all__ = [
     "EPOCH",
     "EPOCH_DATE",
     "UNAVAILABLE",
+    "UNAVAILABLE_BYTES",
     "CoercionError",
     "coerce",
     "decimal_from_unscaled",
@@ -41,6 +42,9 @@ __all__ = [
 
 UNAVAILABLE = "__debezium_unavailable_value"
 """Debezium's placeholder for a column whose value is not present in this change."""
+
+UNAVAILABLE_BYTES = base64.b64encode(UNAVAILABLE.encode()).decode("ascii")
+"""The placeholder in a bytes column, as Connect JSON writes it: its UTF-8 bytes, base64-encoded."""
 
 EPOCH = dt.datetime(1970, 1, 1)
 EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

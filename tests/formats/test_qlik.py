@@ -966,7 +966,11 @@ def test_masked_out_columns_are_unavailable_not_null(fmt: str) -> None:
         assert event.after[name] == UNAVAILABLE
     records = emit([event], EmitOptions())
     payload = records[0].value["payload"]  # type: ignore[index]
-    assert payload["after"]["QTY"] == UNAVAILABLE and payload["after"]["CODE"] is None
+    # QTY is a number: null, named in source.unavailable_after; CODE is a real NULL, not named
+    assert payload["after"]["QTY"] is None and payload["after"]["CODE"] is None
+    assert "QTY" in payload["source"]["unavailable_after"]
+    assert "CODE" not in payload["source"]["unavailable_after"]
+    assert payload["source"]["unavailable_before"] is None
 
 
 def test_json_column_missing_from_image_is_unavailable() -> None:

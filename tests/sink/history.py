@@ -99,10 +99,12 @@ def scripted_history(n_keys: int = 40, n_changes: int = 400, seed: int = 7) -> H
                 h.events.append(ChangeEvent(Operation.DELETE, orders_table, prev, None, _source(seq, ts)))
                 del orders[oid]
             elif rnd.random() < 0.3:
-                partial = dict(row)
-                partial["customer"] = UNAVAILABLE  # absent column keeps the stored value
+                # absent columns keep the stored value: a string (the placeholder), and sometimes a
+                # decimal and a date too (null, named in source.unavailable_after)
+                absent = ["customer", "amount", "day"] if rnd.random() < 0.5 else ["customer"]
+                partial = {**row, **dict.fromkeys(absent, UNAVAILABLE)}
                 h.events.append(ChangeEvent(Operation.UPDATE, orders_table, prev, partial, _source(seq, ts)))
-                orders[oid] = {**row, "customer": prev["customer"]}
+                orders[oid] = {**row, **{name: prev[name] for name in absent}}
             elif rnd.random() < 0.15:
                 new_id = n_keys + rnd.randrange(n_keys)
                 if new_id in orders:

@@ -69,6 +69,18 @@ def test_delete_uses_before_image_and_placeholder_is_tracked() -> None:
     assert changes[1].op == "d" and changes[1].row == ROW
 
 
+def test_typed_absent_columns_are_null_and_listed_and_tracked() -> None:
+    partial = {**ROW, "amount": UNAVAILABLE, "day": UNAVAILABLE, "customer": UNAVAILABLE}
+    (rec,) = emit([ChangeEvent(Operation.UPDATE, ORDERS, None, partial, SourceInfo("t", sequence="2"))], EmitOptions())
+    payload = rec.value["payload"]  # type: ignore[index]
+    # a string column holds the placeholder; a decimal and a date cannot: null, named in source
+    assert payload["after"]["customer"] == UNAVAILABLE
+    assert payload["after"]["amount"] is None and payload["after"]["day"] is None
+    assert payload["source"]["unavailable_after"] == ["amount", "day"]
+    (change,) = _changes([ChangeEvent(Operation.UPDATE, ORDERS, None, partial, SourceInfo("t", sequence="2"))])
+    assert change.unavailable == {"amount", "day", "customer"}
+
+
 def test_compaction_keeps_last_per_key_in_sequence_order() -> None:
     rows = [{**ROW, "customer": f"v{i}"} for i in range(4)]
     events = [
@@ -147,10 +159,12 @@ def test_scripted_history_compacts_to_expected_state() -> None:
     got = {}
     for c in batches[("shop", "orders")].changes:
         if c.op != "d":
-            got[c.key] = c.row
+            got[c.key] = c
     want = h.state["orders"]
     assert set(got) == set(want)
     for key, row in want.items():
-        assert {k: got[key][k] for k in row if k != "customer" or got[key][k] is not None} == {
-            k: v for k, v in row.items() if k != "customer" or got[key][k] is not None
-        }
+        change = got[key]
+        assert change.row is not None
+        # a column still absent after folding (no full image earlier in the batch) is left to the table
+        known = [k for k in row if k not in change.unavailable]
+        assert {k: change.row.get(k) for k in known} == {k: row[k] for k in known}

@@ -207,6 +207,9 @@ public final class ConnectCompat {
     if ("t".equals(op)) {
       return; // truncates have no row; the SMT may drop or pass them
     }
+    if ("d".equals(op) && envelope.get("before") == null && (flat == null || flat.value() == null)) {
+      return; // a delete without a before image (REPLICA IDENTITY NOTHING) has no row to rewrite
+    }
     if (flat == null) {
       throw new Failure("unwrap", "op " + op + ": ExtractNewRecordState dropped the record");
     }
