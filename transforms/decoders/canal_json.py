@@ -22,9 +22,13 @@ Mapping:
   with ``sql`` as its DDL; ``TRUNCATE`` is that schema change followed by a ``t`` event.
   ``GTID``/``XACOMMIT``/``XAROLLBACK``/``MHEARTBEAT`` carry no change.
 * Types come from ``mysqlType`` (any spelling: ``bigint(20)``, ``INT(8) unsigned zerofill``,
-  ``ENUM('a','b')`` ...), else from ``sqlType`` (``java.sql.Types`` codes), else are inferred
+  ``ENUM('a','b')`` ...; mapped by :mod:`transforms.decoders.mysql_types`, as for every
+  MySQL-typed format), else from ``sqlType`` (``java.sql.Types`` codes), else are inferred
   from the JSON values (Flink CDC pipeline output, minimal messages), which are then kept as
   they are.
+* ``bigint.unsigned.handling.mode``: ``precise`` (default) types BIGINT UNSIGNED as
+  Decimal(20,0), ``long`` as int64. Whatever typed an int64 column, a value in 2^63..2^64-1
+  (only a BIGINT UNSIGNED one can be) wraps to its two's complement, as in Debezium's long mode.
 
 ``source.sequence`` is left ``null``: ``es`` is the statement's start time at second resolution
 (binlog events are written in commit order, so it can go backwards), and ``id`` is a Canal
@@ -38,7 +42,6 @@ import datetime as dt
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -46,7 +49,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, field_validator
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
-from transforms.decoders.base import Decoder, Message, check_decimal_params
+from transforms.decoders.base import Decoder, Message
 from transforms.decoders.cache import LruCache, TableCache
 from transforms.decoders.fields import (
     INT64_MAX,
@@ -55,6 +58,12 @@ from transforms.decoders.fields import (
     optional_scalar,
     optional_str,
     parse_int,
+)
+from transforms.decoders.mysql_types import (
+    BigintUnsignedHandlingMode,
+    MySqlTypeOptions,
+    column_for_mysql_type,
+    wrap_unsigned_bigint,
 )
 from transforms.decoders.rowplan import FastConverter, RowPlans, fast_converter, int_converter
 from transforms.envelope import (
@@ -72,21 +81,9 @@ from transforms.values import CoercionError, infer_column, parse_datetime
 __all__ = ["BigintUnsignedHandlingMode", "CanalJsonDecoder", "CanalJsonOptions", "column_for_type"]
 
 
-class BigintUnsignedHandlingMode(StrEnum):
-    """Debezium's ``bigint.unsigned.handling.mode``."""
+class CanalJsonOptions(MySqlTypeOptions):
+    """Options of the ``canal-json`` format (``bigint.unsigned.handling.mode`` as every MySQL-typed format)."""
 
-    PRECISE = "precise"
-    LONG = "long"
-
-
-class CanalJsonOptions(FormatOptions):
-    """Options of the ``canal-json`` format."""
-
-    bigint_unsigned_handling_mode: BigintUnsignedHandlingMode = Field(
-        BigintUnsignedHandlingMode.PRECISE,
-        alias="bigint.unsigned.handling.mode",
-        description="BIGINT UNSIGNED as Decimal(20,0) (precise, lossless) or as int64 (long, wraps above 2^63-1).",
-    )
     timestamp_zone: str = Field(
         "UTC",
         alias="timestamp.zone",
@@ -127,51 +124,8 @@ _DDL_TYPES = {
 }
 _NO_CHANGE_TYPES = frozenset({"GTID", "XACOMMIT", "XAROLLBACK", "MHEARTBEAT", "HEARTBEAT", "BEGIN", "COMMIT"})
 _DDL_KIND_RE = re.compile(r"(create|drop)\s+table\b", re.IGNORECASE)
-_MAX_BIT_LENGTH = 64  # MySQL BIT(M): M is 1..64
 
 # ------------------------------------------------------------------------------------------ types
-
-_TYPE_RE = re.compile(
-    r"^\s*([a-z_][a-z0-9_]*(?:\s+(?:precision|varying))?)\s*(?:\((.*)\))?(.*)$", re.IGNORECASE | re.DOTALL
-)
-_LABEL_RE = re.compile(r"'((?:[^']|'')*)'")
-_GEOMETRY = frozenset(
-    {
-        "geometry",
-        "point",
-        "linestring",
-        "polygon",
-        "multipoint",
-        "multilinestring",
-        "multipolygon",
-        "geometrycollection",
-        "geomcollection",
-    }
-)
-_STRINGS = frozenset(
-    {
-        "char",
-        "varchar",
-        "tinytext",
-        "text",
-        "mediumtext",
-        "longtext",
-        "nchar",
-        "nvarchar",
-        "character",
-        "character varying",
-        "string",
-        "clob",
-        "uuid",
-        "bpchar",
-        "citext",
-        "xml",
-        "inet",
-        "cidr",
-        "macaddr",
-    }
-)
-_BINARIES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob", "bytea", "raw"})
 
 # java.sql.Types codes, for messages with sqlType but no mysqlType
 _SQL_TYPES: dict[int, tuple[ConnectType, str | None]] = {
@@ -193,18 +147,6 @@ _SQL_TYPES: dict[int, tuple[ConnectType, str | None]] = {
     -4: (ConnectType.BYTES, None),
     2004: (ConnectType.BYTES, None),
 }
-
-
-def _args(text: str | None) -> list[int]:
-    if not text:
-        return []
-    out = []
-    for part in text.split(","):
-        number = parse_int(part)
-        if number is None or number < 0:
-            return []
-        out.append(number)
-    return out
 
 
 def _ddl_change_type(sql: str) -> str | None:
@@ -230,7 +172,8 @@ def column_for_type(
 ) -> Column | None:
     """The Debezium-style column of a Canal ``mysqlType`` (else ``sqlType``); None if neither is known.
 
-    Raises ValueError for a type whose size is out of range (``BIT(65)``, ``DECIMAL(2000,3)``).
+    ``mysqlType`` is mapped by :mod:`transforms.decoders.mysql_types`, the mapping every MySQL-typed
+    format shares. Raises ValueError for a type whose size is out of range (``BIT(65)``, ``DECIMAL(2000,3)``).
 
     >>> column_for_type("id", "bigint(20) unsigned", None).logical
     'org.apache.kafka.connect.data.Decimal'
@@ -238,7 +181,7 @@ def column_for_type(
     'io.debezium.time.MicroTimestamp'
     """
     if mysql_type:
-        col = _mysql_column(name, mysql_type, unsigned_mode)
+        col = column_for_mysql_type(name, mysql_type, unsigned_mode)
         if col is not None:
             return col
     if sql_type is not None:
@@ -248,93 +191,6 @@ def column_for_type(
         return Column(name, ctype, logical=logical)
     if mysql_type:
         return Column(name, ConnectType.STRING, source_type=mysql_type)
-    return None
-
-
-def _mysql_column(name: str, text: str, unsigned_mode: BigintUnsignedHandlingMode) -> Column | None:
-    m = _TYPE_RE.match(text)
-    if not m:
-        return None
-    base = " ".join(m.group(1).lower().split())
-    raw_args = m.group(2)
-    rest = (m.group(3) or "").lower()
-    unsigned = "unsigned" in rest.split() or "zerofill" in rest.split()
-    args = _args(raw_args)
-    st = text.strip()
-
-    def col(
-        ctype: ConnectType, logical: str | None = None, params: tuple[tuple[str, str], ...] = ()
-    ) -> Column:
-        return Column(name, ctype, logical=logical, params=params, source_type=st)
-
-    if base in ("tinyint", "int2", "smallserial"):
-        return col(ConnectType.INT16)
-    if base == "smallint":
-        return col(ConnectType.INT32 if unsigned else ConnectType.INT16)
-    if base in ("mediumint", "middleint", "int3"):
-        return col(ConnectType.INT32)
-    if base in ("int", "integer", "int4", "serial4"):
-        return col(ConnectType.INT64 if unsigned else ConnectType.INT32)
-    if base in ("bigint", "int8", "bigserial", "serial8", "serial"):
-        if base == "serial" or unsigned:
-            if unsigned_mode is BigintUnsignedHandlingMode.PRECISE:
-                return Column.decimal(name, 20, 0, source_type=st)
-            return col(ConnectType.INT64)
-        return col(ConnectType.INT64)
-    if base in ("bool", "boolean"):
-        return col(ConnectType.BOOLEAN)
-    if base == "bit":
-        length = args[0] if args else 1
-        if length > _MAX_BIT_LENGTH:
-            raise ValueError(f"BIT({length}) is longer than {_MAX_BIT_LENGTH} bits")
-        if length <= 1:
-            return col(ConnectType.BOOLEAN)
-        return col(ConnectType.BYTES, Logical.BITS, (("length", str(length)),))
-    if base in ("float", "float4"):
-        if len(args) == 2 or (len(args) == 1 and args[0] > 23):
-            return col(ConnectType.FLOAT64)
-        return col(ConnectType.FLOAT32)
-    if base == "real":
-        return col(ConnectType.FLOAT32)
-    if base in ("double", "double precision", "float8"):
-        return col(ConnectType.FLOAT64)
-    if base in ("decimal", "numeric", "fixed", "dec"):
-        check_decimal_params(args[0] if args else None, args[1] if len(args) == 2 else None)
-        if len(args) == 2:
-            return Column.decimal(name, args[0], args[1], source_type=st)
-        if len(args) == 1:
-            return Column.decimal(name, args[0], 0, source_type=st)
-        return Column.decimal(name, None, None, source_type=st)  # scale unknown: never round
-    if base == "date":
-        return col(ConnectType.INT32, Logical.DATE)
-    if base == "datetime" or (base == "timestamp" and "without time zone" in rest):
-        precision = args[0] if args else 0
-        return col(ConnectType.INT64, Logical.TIMESTAMP if precision <= 3 else Logical.MICRO_TIMESTAMP)
-    if base in ("timestamp", "timestamptz"):  # MySQL TIMESTAMP is an instant
-        return col(ConnectType.STRING, Logical.ZONED_TIMESTAMP)
-    if base == "time":
-        return col(ConnectType.INT64, Logical.MICRO_TIME)
-    if base == "year":
-        return col(ConnectType.INT32, Logical.YEAR)
-    if base in ("json", "jsonb"):
-        return col(ConnectType.STRING, Logical.JSON)
-    if base in ("enum", "set"):
-        labels = ",".join(v.replace("''", "'") for v in _LABEL_RE.findall(raw_args or ""))
-        return col(
-            ConnectType.STRING, Logical.ENUM if base == "enum" else Logical.ENUM_SET, (("allowed", labels),)
-        )
-    if base in _GEOMETRY:
-        return Column(
-            name,
-            ConnectType.STRUCT,
-            logical=Logical.GEOMETRY,
-            fields=(Column("wkb", ConnectType.BYTES, False), Column("srid", ConnectType.INT32, True)),
-            source_type=st,
-        )
-    if base in _BINARIES:
-        return col(ConnectType.BYTES)
-    if base in _STRINGS:
-        return col(ConnectType.STRING)
     return None
 
 
@@ -635,9 +491,9 @@ class CanalJsonDecoder(Decoder):
         logical = col.logical
         if logical in (Logical.ZONED_TIMESTAMP, Logical.ENUM, Logical.ENUM_SET, Logical.GEOMETRY, Logical.BITS):
             return None
-        if col.type is ConnectType.INT64 and col.source_type and "unsigned" in col.source_type.lower():
-            # below 2^63 an unsigned value is itself; above, _value wraps it
-            return int_converter(-(1 << 63), 1 << 63)
+        if col.type is ConnectType.INT64 and logical is None:
+            # within int64 a value is itself; a BIGINT UNSIGNED one above it _value wraps
+            return int_converter(INT64_MIN, INT64_MAX + 1)
         # zero dates ('0000-00-00 ...', null in _value) fail the fast date parsers: year 0 is invalid.
         # BOOLEAN's fast converter takes only JSON booleans, so '\x00'/'\x01' reach _value.
         return fast_converter(col)
@@ -665,8 +521,10 @@ class CanalJsonDecoder(Decoder):
                 return _bits(value, int(col.param_map.get("length", "1")))
             elif col.type is ConnectType.BOOLEAN and isinstance(value, str) and value in ("\x00", "\x01"):
                 return value == "\x01"
-            elif col.type is ConnectType.INT64 and col.source_type and "unsigned" in col.source_type.lower():
-                value = _wrap_unsigned(value)
+            elif col.type is ConnectType.INT64 and logical is None:
+                # 2^63..2^64-1 can only be a BIGINT UNSIGNED value (long mode, an unsigned column
+                # known by its sqlType only, a JSON number): wrapped as Debezium's long mode does
+                return wrap_unsigned_bigint(self.coerce(col, value, field, raw))
         except CoercionError as exc:
             raise self.error(field, str(exc), raw) from exc
         except (ArithmeticError, ValueError) as exc:  # a year beyond C long, an offset past year 1 ...
@@ -725,15 +583,6 @@ def _set_labels(value: Any, allowed: str) -> str:
             raise CoercionError(f"SET bitmask {mask} has bits beyond the {len(labels)} values {allowed!r}")
         return ",".join(label for i, label in enumerate(labels) if mask >> i & 1)
     raise CoercionError(f"expected values of the SET {allowed!r:.80} or a bitmask, found {value!r:.60}")
-
-
-def _wrap_unsigned(raw: Any) -> Any:
-    """A BIGINT UNSIGNED value above 2^63-1 as the int64 it wraps to (``long`` mode), else ``raw``."""
-    text = raw.strip() if isinstance(raw, str) else raw
-    number = int(text) if isinstance(text, str) and len(text) <= 20 and text.isdigit() else text
-    if isinstance(number, int) and not isinstance(number, bool) and 1 << 63 <= number < 1 << 64:
-        return number - (1 << 64)
-    return raw
 
 
 def _latin1(value: Any) -> bytes:
