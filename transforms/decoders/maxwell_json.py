@@ -8,7 +8,17 @@ transaction and ``position`` (``binlog-file:offset``) in the binlog. Key columns
 ``primary_key_columns`` or, failing that, from Maxwell's Kafka key (``{"pk.id": 1, ...}`` or
 ``["db", "table", [{"id": 1}]]``). DDL messages (``table-create``, ``table-alter``,
 ``database-drop`` ...) become schema-change events; their ``ts`` is in milliseconds.
-Values are typed JSON values; Connect types are inferred from them.
+
+Row values are typed JSON values; their Connect types are inferred from them (Maxwell row
+messages carry no column types). The ``def`` of a DDL message (the table after the change) names
+MySQL column types (``{"type": "smallint", "signed": false}``, ``"column-length"`` for the
+fraction digits of time types, ``"enum-values"``); they are mapped by
+:mod:`transforms.decoders.mysql_types`, the mapping every MySQL-typed format shares.
+
+``bigint.unsigned.handling.mode``: ``precise`` (default) types a BIGINT UNSIGNED ``def`` column
+as Decimal(20,0); ``long`` types it int64 and also wraps a row value in 2^63..2^64-1 (only a
+BIGINT UNSIGNED value can be one) to its two's complement, as Debezium's long mode does, so it
+stays an int64 where precise mode infers an exact Decimal.
 """
 
 from __future__ import annotations
@@ -16,7 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from transforms.connect import Column, ConnectType, Logical, TableSchema
+from transforms.connect import Column, ConnectType, TableSchema
 from transforms.decoders.base import Decoder, Message, check_decimal_params, type_name
 from transforms.decoders.fields import (
     INT64_MAX,
@@ -25,6 +35,13 @@ from transforms.decoders.fields import (
     optional_str,
     required_str,
     string_list,
+)
+from transforms.decoders.mysql_types import (
+    BigintUnsignedHandlingMode,
+    MySqlType,
+    MySqlTypeOptions,
+    mysql_column,
+    wrap_unsigned_bigint,
 )
 from transforms.decoders.schemaless_json import SchemalessShapes
 from transforms.envelope import (
@@ -40,7 +57,7 @@ from transforms.errors import DecodeError
 from transforms.metadata import MetadataStore
 from transforms.options import FormatOptions
 
-__all__ = ["MaxwellJsonDecoder"]
+__all__ = ["MaxwellJsonDecoder", "MaxwellJsonOptions"]
 
 _ROW_OPS = {
     "insert": Operation.CREATE,
@@ -62,9 +79,21 @@ _POSITION_RE = re.compile(r"^(?P<file>[^:]+):(?P<pos>[0-9]{1,19})$")
 _FILE_INDEX_RE = re.compile(r"^(?P<base>.*?)(?P<index>[0-9]{1,18})$")
 _MAX_TS_SECONDS = INT64_MAX // 1000
 
-_INT_TYPES = {"tinyint": ConnectType.INT16, "smallint": ConnectType.INT16, "mediumint": ConnectType.INT32}
-_TEXT_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "string"})
-_BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
+# def types whose "column-length" is the type's argument (fraction digits; a BIT's length)
+_LENGTH_ARG_TYPES = frozenset({"datetime", "timestamp", "time", "bit"})
+
+
+class MaxwellJsonOptions(MySqlTypeOptions):
+    """Options of the ``maxwell-json`` format (``bigint.unsigned.handling.mode`` as every MySQL-typed format)."""
+
+
+def _has_unsigned_bigint(image: dict[str, Any]) -> bool:
+    """Whether a row image holds an integer above int64 (a BIGINT UNSIGNED value, in long mode)."""
+    return any(type(v) is int and v > INT64_MAX for v in image.values())
+
+
+def _wrapped(image: dict[str, Any]) -> dict[str, Any]:
+    return {k: wrap_unsigned_bigint(v) if type(v) is int else v for k, v in image.items()}
 
 
 class MaxwellJsonDecoder(Decoder):
@@ -72,9 +101,11 @@ class MaxwellJsonDecoder(Decoder):
 
     format_id = "maxwell-json"
     description = "Maxwell's daemon JSON (rows with data/old, DDL with def)"
+    options_model = MaxwellJsonOptions
 
     def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
         super().__init__(options, metadata)
+        self._unsigned_mode = self.options_as(MaxwellJsonOptions).bigint_unsigned_handling_mode
         self._shapes = SchemalessShapes()
 
     def decode(self, message: Message) -> list[Event]:
@@ -113,6 +144,11 @@ class MaxwellJsonDecoder(Decoder):
         old = doc.get("old")
         if old is not None and not isinstance(old, dict):
             raise self.error("old", f"expected an object of previous values, found {type_name(old)}", payload)
+        if self._unsigned_mode is BigintUnsignedHandlingMode.LONG:
+            if _has_unsigned_bigint(data):
+                data = _wrapped(data)
+            if old and _has_unsigned_bigint(old):
+                old = _wrapped(old)
 
         before: dict[str, Any] | None = None
         after: dict[str, Any] | None = data
@@ -242,49 +278,29 @@ class MaxwellJsonDecoder(Decoder):
         return TableSchema(db, None, name, tuple(columns), key)
 
     def _def_column(self, name: str, kind: str, raw: dict[str, Any], where: str, payload: bytes) -> Column:
-        """A Maxwell column definition as a Debezium-style Connect column."""
-        signed = raw.get("signed", True) is not False
+        """A Maxwell column definition as a Debezium-style Connect column (see ``mysql_types``)."""
+        unsigned = raw.get("signed", True) is False
         length = optional_int(self, raw, "column-length", payload, where=where)
-        if kind in _INT_TYPES:
-            return Column(name, _INT_TYPES[kind], source_type=kind)
-        if kind in ("int", "integer"):
-            return Column(name, ConnectType.INT32 if signed else ConnectType.INT64, source_type=kind)
-        if kind == "bigint":
-            return Column(name, ConnectType.INT64, source_type=kind)
-        if kind in ("float", "double", "real"):
-            return Column(name, ConnectType.FLOAT64, source_type=kind)
-        if kind in ("decimal", "numeric"):
-            precision = optional_int(self, raw, "precision", payload, where=where)
-            scale = optional_int(self, raw, "scale", payload, where=where)
-            try:
-                check_decimal_params(precision, scale)
-            except ValueError as exc:
-                raise self.error(where[:-1], str(exc), payload) from exc
-            return Column.decimal(name, precision, scale or 0, source_type=kind)
-        if kind == "date":
-            return Column(name, ConnectType.INT32, logical=Logical.DATE, source_type=kind)
-        if kind == "datetime":
-            logical = Logical.MICRO_TIMESTAMP if (length or 0) > 3 else Logical.TIMESTAMP
-            return Column(name, ConnectType.INT64, logical=logical, source_type=kind)
-        if kind == "timestamp":
-            return Column(name, ConnectType.STRING, logical=Logical.ZONED_TIMESTAMP, source_type=kind)
-        if kind == "time":
-            return Column(name, ConnectType.INT64, logical=Logical.MICRO_TIME, source_type=kind)
-        if kind == "year":
-            return Column(name, ConnectType.INT32, logical=Logical.YEAR, source_type=kind)
-        if kind == "json":
-            return Column(name, ConnectType.STRING, logical=Logical.JSON, source_type=kind)
-        if kind == "enum":
-            return Column(name, ConnectType.STRING, logical=Logical.ENUM, source_type=kind)
-        if kind == "set":
-            return Column(name, ConnectType.STRING, logical=Logical.ENUM_SET, source_type=kind)
-        if kind in _BINARY_TYPES:
-            return Column(name, ConnectType.BYTES, source_type=kind)
-        if kind == "bit":
-            return Column(
-                name, ConnectType.BOOLEAN if (length or 1) == 1 else ConnectType.BYTES, source_type=kind
-            )
-        return Column(name, ConnectType.STRING, source_type=kind)
+        precision = optional_int(self, raw, "precision", payload, where=where)
+        scale = optional_int(self, raw, "scale", payload, where=where)
+        labels = string_list(self, raw, "enum-values", payload, where=where) or ()
+        args: tuple[int, ...] = ()
+        if kind in _LENGTH_ARG_TYPES and length is not None:
+            args = (length,)
+        elif kind in ("decimal", "numeric") and precision is not None:
+            args = (precision,) if scale is None else (precision, scale)
+        source_type = f"{kind} unsigned" if unsigned else kind
+        mysql_type = MySqlType(kind, args, unsigned, labels, source_type)
+        try:
+            if any(a < 0 for a in args):
+                raise ValueError(f"expected non-negative sizes, found {args}")
+            if kind in ("decimal", "numeric") and precision is None and scale is not None:
+                check_decimal_params(None, scale)
+                return Column.decimal(name, None, scale, source_type=source_type)
+            col = mysql_column(name, mysql_type, self._unsigned_mode)
+        except ValueError as exc:
+            raise self.error(where[:-1], str(exc), payload) from exc
+        return col if col is not None else Column(name, ConnectType.STRING, source_type=source_type)
 
 
 def _key_from_kafka_key(parsed: Any, data: dict[str, Any]) -> tuple[str, ...]:
