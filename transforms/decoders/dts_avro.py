@@ -31,9 +31,12 @@ image kind. What the images said about a column is kept as a type hint in the me
 NULL/absent in a record keeps its type; without any hint it is typed from its number alone
 (MySQL) or as a string.
 
-* integers are widened so unsigned values fit (tinyint → int16, smallint/mediumint → int32,
-  int → int64, bigint → int64; BIGINT UNSIGNED above 2^63-1 wraps, as Debezium's
-  ``bigint.unsigned.handling.mode=long``); BIT → int64 (its length is not in the record).
+* MySQL type numbers are typed by the mapping every MySQL-typed format shares
+  (:mod:`transforms.decoders.mysql_types`). The record does not say whether an integer is
+  signed, so integers are typed as their UNSIGNED types, which hold both (tinyint → int16,
+  smallint/mediumint → int32, int → int64, bigint → int64; BIGINT UNSIGNED above 2^63-1 wraps,
+  as Debezium's ``bigint.unsigned.handling.mode=long``: ``precise`` would need to know which
+  BIGINT columns are unsigned); BIT → int64 (its length is not in the record).
 * ``DateTime``/``Timestamp`` fractions are microseconds for MySQL and PostgreSQL and
   nanoseconds for other sources (as the DTS SDK reads them); DATETIME → MicroTimestamp,
   TIMESTAMP (epoch ``Timestamp`` image) → ZonedTimestamp in UTC, DATE → Date, TIME →
@@ -80,6 +83,12 @@ from transforms.decoders.base import (
 )
 from transforms.decoders.cache import LruCache, TableCache
 from transforms.decoders.fields import duplicate, parse_int
+from transforms.decoders.mysql_types import (
+    BigintUnsignedHandlingMode,
+    MySqlType,
+    mysql_column,
+    wrap_unsigned_bigint,
+)
 from transforms.decoders.rowplan import NotFast, decimal_converter
 from transforms.envelope import (
     ChangeEvent,
@@ -162,33 +171,53 @@ def record_schema(version: DtsSchemaVersion) -> RecordSchema:
 _MYSQL_FAMILY = frozenset({"MySQL", "DRDS"})
 _MICROS_FRACTION = frozenset({"MySQL", "PostgreSQL"})
 
+
+
+def _mysql(spelled: str, args: tuple[int, ...] = (), unsigned: bool = False) -> tuple[ConnectType, str | None]:
+    """The Connect type and logical name of a MySQL type, by the mapping every MySQL-typed format
+    shares (``mysql_types``); BIGINT UNSIGNED in long mode, as DTS can only wrap it."""
+    col = mysql_column("", MySqlType(spelled.lower(), args, unsigned), BigintUnsignedHandlingMode.LONG)
+    assert col is not None, spelled
+    return col.type, col.logical
+
+
+# The record does not say whether an integer column is signed: each integer type number is typed as
+# the UNSIGNED type, whose Connect type holds the signed values too (TINYINT UNSIGNED int16,
+# SMALLINT UNSIGNED and MEDIUMINT UNSIGNED int32, INT UNSIGNED int64, BIGINT UNSIGNED int64 in
+# long mode, wrapping above 2^63-1). BIT's length is not in the record either: int64.
 _INT_TYPES = {
-    1: ("TINYINT", ConnectType.INT16),
-    2: ("SMALLINT", ConnectType.INT32),
-    9: ("MEDIUMINT", ConnectType.INT32),
-    3: ("INT", ConnectType.INT64),
-    8: ("BIGINT", ConnectType.INT64),
-    16: ("BIT", ConnectType.INT64),
+    number: (spelled, _mysql(spelled, unsigned=True)[0])
+    for number, spelled in {1: "TINYINT", 2: "SMALLINT", 9: "MEDIUMINT", 3: "INT", 8: "BIGINT"}.items()
 }
+_INT_TYPES[16] = ("BIT", ConnectType.INT64)
 _TEXT_TYPES = {15: "VARCHAR", 253: "VARCHAR", 254: "CHAR"}
 _BLOB_TYPES = {249: "TINYBLOB", 250: "MEDIUMBLOB", 251: "LONGBLOB", 252: "BLOB"}
+# DATETIME: the fraction digits are not in the record, and the images carry microseconds
 _FIXED_TYPES: dict[int, tuple[str, ConnectType, str | None]] = {
-    4: ("FLOAT", ConnectType.FLOAT32, None),
-    5: ("DOUBLE", ConnectType.FLOAT64, None),
-    6: ("NULL", ConnectType.STRING, None),
-    7: ("TIMESTAMP", ConnectType.STRING, Logical.ZONED_TIMESTAMP),
-    17: ("TIMESTAMP", ConnectType.STRING, Logical.ZONED_TIMESTAMP),
-    10: ("DATE", ConnectType.INT32, Logical.DATE),
-    14: ("DATE", ConnectType.INT32, Logical.DATE),
-    11: ("TIME", ConnectType.INT64, Logical.MICRO_TIME),
-    19: ("TIME", ConnectType.INT64, Logical.MICRO_TIME),
-    12: ("DATETIME", ConnectType.INT64, Logical.MICRO_TIMESTAMP),
-    18: ("DATETIME", ConnectType.INT64, Logical.MICRO_TIMESTAMP),
-    13: ("YEAR", ConnectType.INT32, Logical.YEAR),
-    245: ("JSON", ConnectType.STRING, Logical.JSON),
-    247: ("ENUM", ConnectType.STRING, Logical.ENUM),
-    248: ("SET", ConnectType.STRING, Logical.ENUM_SET),
+    number: (spelled, *_mysql(spelled, args))
+    for number, (spelled, args) in {
+        4: ("FLOAT", ()),
+        5: ("DOUBLE", ()),
+        7: ("TIMESTAMP", ()),
+        17: ("TIMESTAMP", ()),
+        10: ("DATE", ()),
+        14: ("DATE", ()),
+        11: ("TIME", ()),
+        19: ("TIME", ()),
+        12: ("DATETIME", (6,)),
+        18: ("DATETIME", (6,)),
+        13: ("YEAR", ()),
+        245: ("JSON", ()),
+    }.items()
 }
+# DTS knows no ENUM/SET values: no Debezium ``allowed`` parameter; NULL columns are strings
+_FIXED_TYPES.update(
+    {
+        6: ("NULL", ConnectType.STRING, None),
+        247: ("ENUM", ConnectType.STRING, Logical.ENUM),
+        248: ("SET", ConnectType.STRING, Logical.ENUM_SET),
+    }
+)
 _DECIMAL_TYPES = {0: "DECIMAL", 246: "DECIMAL"}
 _GEOMETRY = 255
 
@@ -521,8 +550,8 @@ def _int_cell(ctype: ConnectType) -> _CellConverter:
 
     def convert(body: Any) -> int:
         value = int(body["value"].strip())
-        if wrap and 1 << 63 <= value < 1 << 64:
-            value -= 1 << 64
+        if wrap:
+            value = wrap_unsigned_bigint(value)
         if low <= value < high:
             return value
         raise NotFast
@@ -1100,7 +1129,7 @@ class DtsAvroDecoder(Decoder):
         except ValueError as exc:
             raise self.error(field, f"expected an integer, found {text!r}", data) from exc
         if col.type is ConnectType.INT64 and 2**63 <= value < 2**64:
-            return value - 2**64  # BIGINT UNSIGNED, as Debezium's bigint.unsigned.handling.mode=long
+            return int(wrap_unsigned_bigint(value))  # BIGINT UNSIGNED, as Debezium's long mode
         bits = {ConnectType.INT16: 16, ConnectType.INT32: 32, ConnectType.INT64: 64}.get(col.type)
         if bits is not None and not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
             raise self.error(field, f"integer {value} does not fit {col.type.value}", data)
