@@ -31,7 +31,14 @@ from decimal import Decimal
 from typing import Any
 
 from transforms.connect import Logical
-from transforms.values import EPOCH, EPOCH_DATE, UNAVAILABLE, decimal_from_unscaled, parse_datetime
+from transforms.values import (
+    EPOCH,
+    EPOCH_DATE,
+    UNAVAILABLE,
+    decimal_from_unscaled,
+    exact_context,
+    parse_datetime,
+)
 
 __all__ = ["SinkColumn", "columns_from_schema", "spark_type", "widening"]
 
@@ -55,8 +62,13 @@ def _b64(value: Any) -> bytes:
     return base64.b64decode(value) if isinstance(value, str) else bytes(value)
 
 
+def _at_scale(value: Decimal, scale: int) -> Decimal:
+    """``value`` with ``scale`` digits after the point (rounded half-even), exact at any number of
+    digits: ``quantize`` in the default 28-digit context fails on a DECIMAL(40,3) value."""
+    return value.quantize(Decimal((0, (1,), -scale)), context=exact_context(value, scale))
+
+
 def _decimal(scale: int, precision: int) -> Decoder:
-    quant = Decimal(1).scaleb(-scale)
 
     def decode(value: Any) -> Any:
         if isinstance(value, str):
@@ -66,7 +78,7 @@ def _decimal(scale: int, precision: int) -> Decoder:
                 d = Decimal(value)
         else:
             d = Decimal(str(value))
-        return d.quantize(quant)
+        return _at_scale(d, scale)
 
     return decode
 
@@ -76,7 +88,7 @@ def _variable_decimal(value: Any) -> Any:
         d = decimal_from_unscaled(_b64(value["value"]), int(value["scale"]))
     else:
         d = Decimal(str(value))
-    return d.quantize(Decimal(1).scaleb(-VARIABLE_SCALE))
+    return _at_scale(d, VARIABLE_SCALE)
 
 
 def _epoch(per_second: int) -> Decoder:

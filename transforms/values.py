@@ -16,7 +16,7 @@ import binascii
 import datetime as dt
 import re
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 from functools import lru_cache
 from typing import Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "decimal_from_unscaled",
     "encoder_for",
     "encoder_passes",
+    "exact_context",
     "infer_column",
     "parse_datetime",
     "parse_time",
@@ -153,16 +154,37 @@ def parse_time(text: str) -> dt.timedelta:
 def decimal_from_unscaled(raw: bytes, scale: int) -> Decimal:
     """Decode a big-endian two's complement unscaled integer (Connect Decimal bytes).
 
+    Exact at any number of digits (the decimal is built from the integer's digits, not computed
+    in a context of limited precision).
+
     >>> decimal_from_unscaled(bytes.fromhex("12d687"), 2)
     Decimal('12345.67')
     """
     unscaled = int.from_bytes(raw, "big", signed=True)
-    return Decimal(unscaled).scaleb(-scale)
+    sign, digits, _ = Decimal(unscaled).as_tuple()
+    return Decimal((sign, digits, -scale))
+
+
+def exact_context(value: Decimal, scale: int) -> Context:
+    """A decimal context in which ``value`` at ``scale`` digits after the point is exact.
+
+    Python's default context has 28 significant digits; MySQL's DECIMAL has up to 65 and
+    PostgreSQL's NUMERIC up to 1000, so arithmetic on such values needs a local context sized
+    from the value (never a change of the global one).
+    """
+    integral = max(value.adjusted(), 0) + 1 if value.is_finite() else 1
+    return Context(prec=integral + max(scale, 0) + 2, rounding=ROUND_HALF_EVEN, Emax=999_999, Emin=-999_999)
 
 
 def unscaled_bytes(value: Decimal, scale: int) -> bytes:
-    """The Connect Decimal bytes of a value at a fixed scale (rounded half-even)."""
-    unscaled = int(value.scaleb(scale).to_integral_value())
+    """The Connect Decimal bytes of a value at a fixed scale (rounded half-even), exact at any
+    number of digits.
+
+    >>> decimal_from_unscaled(unscaled_bytes(Decimal("123456789876543212345678987654321.110"), 3), 3)
+    Decimal('123456789876543212345678987654321.110')
+    """
+    ctx = exact_context(value, scale)
+    unscaled = int(value.scaleb(scale, context=ctx).to_integral_value(context=ctx))
     length = max(1, (unscaled.bit_length() + 8) // 8)
     return unscaled.to_bytes(length, "big", signed=True)
 
