@@ -172,6 +172,8 @@ class TableSchema:
 
     def __post_init__(self) -> None:
         self._index.update({c.name: i for i, c in enumerate(self.columns)})
+        if len(set(self.key)) != len(self.key):  # a key names each column once (Connect refuses twins)
+            object.__setattr__(self, "key", tuple(dict.fromkeys(self.key)))
 
     @property
     def namespace(self) -> str:

@@ -34,7 +34,8 @@ from transforms.connect import (
     column_schema,
     struct_schema,
 )
-from transforms.values import UNAVAILABLE, UNAVAILABLE_BYTES, encoder_for, encoder_passes
+from transforms.errors import DecodeError
+from transforms.values import UNAVAILABLE, UNAVAILABLE_BYTES, CoercionError, encoder_for, encoder_passes
 
 __all__ = [
     "AFTER",
@@ -50,6 +51,7 @@ __all__ = [
     "Event",
     "Operation",
     "OutRecord",
+    "RequiredColumnError",
     "RowEvent",
     "SchemaChangeEvent",
     "SnapshotMarker",
@@ -61,6 +63,8 @@ __all__ = [
     "destination_topic",
     "emit",
     "key_payload",
+    "source_field_type",
+    "source_field_value",
     "version",
 ]
 
@@ -336,11 +340,15 @@ def absent_mark(col: Column, mode: DecimalHandlingMode) -> Any:
     return None
 
 
-def _extra_type(value: Any) -> ConnectType:
+_INT64_TOP = 1 << 63
+
+
+def source_field_type(value: Any) -> ConnectType:
+    """The Connect type of a format's own ``source`` field value (see :func:`source_field_value`)."""
     if isinstance(value, bool):
         return ConnectType.BOOLEAN
     if isinstance(value, int):
-        return ConnectType.INT64
+        return ConnectType.INT64 if -_INT64_TOP <= value < _INT64_TOP else ConnectType.STRING
     if isinstance(value, float):
         return ConnectType.FLOAT64
     return ConnectType.STRING
@@ -383,7 +391,11 @@ def _with_unavailable(source_schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def _extra_value(value: Any) -> Any:
+def source_field_value(value: Any) -> Any:
+    """A format's own ``source`` field value in JSON form: scalars as they are (an integer beyond
+    int64 as its text), objects and arrays as JSON text, anything else as ``str``."""
+    if isinstance(value, int) and not isinstance(value, bool) and not -_INT64_TOP <= value < _INT64_TOP:
+        return str(value)  # beyond int64: a string field (see _extra_type)
     if value is None or isinstance(value, str | int | float | bool):
         return value
     if isinstance(value, dict | list):
@@ -395,6 +407,14 @@ def _topic_base(opts: EmitOptions, db: str | None, schema: str | None, table: st
     return opts.topic_template.format(
         prefix=opts.prefix, db=db or schema or "default", schema=schema or db or "default", table=table or "_"
     )
+
+
+class RequiredColumnError(DecodeError):
+    """A change has no value for a column its schema declares required (NOT NULL)."""
+
+    def __init__(self, table: str, column: str, absent: bool, kind: str = "column") -> None:
+        what = "is absent from the change" if absent else "is null"
+        super().__init__("emit", column, f"{kind} {column!r} of {table} {what}, but its Connect schema is not optional")
 
 
 class _TableCodec:
@@ -413,12 +433,17 @@ class _TableCodec:
         "key_encoders",
         "key_schema",
         "last_source",
+        "required",
         "row_schema",
+        "table_name",
         "topic",
     )
 
     def __init__(self, table: TableSchema, opts: EmitOptions) -> None:
         mode = opts.decimal_mode
+        if not all(c.name for c in table.columns):  # Connect refuses a struct field without a name
+            raise DecodeError("emit", None, f"table {table.qualified_name} has a column without a name")
+        self.table_name = table.qualified_name
         self.topic = _topic_base(opts, table.db, table.schema, table.table)
         base = f"{opts.prefix}.{table.namespace}.{table.table}"
         self.envelope_name = f"{base}.Envelope"
@@ -433,6 +458,8 @@ class _TableCodec:
         self.key_encoders = tuple(
             (c.name, enc, encoder_passes(enc)) for c in key_cols if (enc := encoder_for(c, mode)) is not None
         )
+        # columns a Connect consumer refuses null for
+        self.required = tuple(c.name for c in table.columns if not c.optional)
         # what an absent cell becomes in a column that cannot hold the placeholder string
         self.absent_marks = {
             c.name: mark for c in table.columns if (mark := absent_mark(c, mode)) is not UNAVAILABLE
@@ -471,17 +498,22 @@ class _TableCodec:
         """
         if row is None:
             return None, None
-        if UNAVAILABLE not in row.values():
-            return self.encode_row(row), None
-        row = dict(row)
         missing: list[str] = []
-        marks = self.absent_marks
-        for name, value in row.items():
-            if type(value) is str and value == UNAVAILABLE and name in marks:
-                mark = row[name] = marks[name]
-                if mark is None:
-                    missing.append(name)
-        return self.encode_row(row), missing or None
+        if UNAVAILABLE in row.values():
+            row = dict(row)
+            marks = self.absent_marks
+            for name, value in row.items():
+                if type(value) is str and value == UNAVAILABLE and name in marks:
+                    mark = row[name] = marks[name]
+                    if mark is None:
+                        missing.append(name)
+        for name in self.required:
+            if row.get(name) is None:
+                raise RequiredColumnError(self.table_name, name, name in missing)
+        try:
+            return self.encode_row(row), missing or None
+        except CoercionError as exc:  # a value its column's Connect type cannot hold
+            raise DecodeError("emit", None, f"{self.table_name}: {exc}") from exc
 
     def encode_row(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
         """The row with its cells in Connect JSON form: ``row`` itself when no cell changes, else
@@ -505,6 +537,9 @@ class _TableCodec:
         """The key record of a key payload (encoded in place; pass a payload you own)."""
         if payload is None or self.key_schema is None:
             return None
+        if None in payload.values():  # a key field is never optional in Connect
+            names = ", ".join(name for name, value in payload.items() if value is None)
+            raise RequiredColumnError(self.table_name, names, False, "primary key column")
         for name, enc, passes in self.key_encoders:
             value = payload.get(name)
             if value is not None and type(value) is not passes:
@@ -585,16 +620,18 @@ def _source_block(
     for name, value in source.fields.items():
         if name in _SOURCE_BASE_NAMES:
             continue
+        if not name:  # Connect refuses a struct field without a name
+            raise DecodeError(source.connector, "source", "a source field without a name")
         kind = type(value)
         if kind is str or value is None:
             block[name] = value
             extras.append((name, ConnectType.STRING))
-        elif kind is int:
+        elif kind is int and -_INT64_TOP <= value < _INT64_TOP:
             block[name] = value
             extras.append((name, ConnectType.INT64))
         else:
-            block[name] = _extra_value(value)
-            extras.append((name, _extra_type(value)))
+            block[name] = source_field_value(value)
+            extras.append((name, source_field_type(value)))
     schema_json = _source_schema(source.connector, tuple(extras)) if opts.schemas else None
     return block, schema_json
 
@@ -911,7 +948,7 @@ _TX_VALUE_SCHEMA = {
             "optional": True,
             "field": "data_collections",
         },
-        {"type": "int64", "optional": False, "field": "ts_ms"},
+        {"type": "int64", "optional": True, "field": "ts_ms"},  # Debezium: required; null when the format has no time
     ],
     "optional": False,
     "name": "io.debezium.connector.common.TransactionMetadataValue",

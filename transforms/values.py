@@ -14,7 +14,9 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
+import math
 import re
+import struct
 from collections.abc import Callable
 from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 from functools import lru_cache
@@ -35,6 +37,7 @@ __all__ = [
     "encoder_for",
     "encoder_passes",
     "exact_context",
+    "float32_json",
     "infer_column",
     "parse_datetime",
     "parse_time",
@@ -485,6 +488,30 @@ def _time_units(value: dt.timedelta, per_second: int) -> int:
     return (value.days * 86_400 + value.seconds) * per_second + value.microseconds * per_second // 1_000_000
 
 
+_F32 = struct.Struct("<f")
+
+
+def float32_json(value: Any) -> float:
+    """A ``float`` (32-bit) column's value as Connect writes it: rounded to 32 bits, then the
+    shortest decimal that reads back as the same 32-bit float (what Java's ``Float.toString``
+    writes), so ``1.1`` stays ``1.1`` and not ``1.100000023841858``.
+
+    >>> float32_json(1.1), float32_json(9223372036854775808.0)
+    (1.1, 9.223372e+18)
+    """
+    try:
+        single = _F32.unpack(_F32.pack(float(value)))[0]
+    except (OverflowError, TypeError, ValueError) as exc:
+        raise CoercionError(f"{value!r} does not fit a 32-bit float") from exc
+    if single != single or single in (math.inf, -math.inf):
+        return single
+    for digits in range(6, 10):
+        shortest = float(f"{single:.{digits}g}")
+        if _F32.unpack(_F32.pack(shortest))[0] == single:
+            return shortest
+    return single
+
+
 def _guard(fn: Encoder, passes: type | None = None) -> Encoder:
     """``fn`` with ``None`` and the UNAVAILABLE marker passed through.
 
@@ -560,4 +587,6 @@ def encoder_for(col: Column, mode: DecimalHandlingMode) -> Encoder | None:
             return _guard(lambda v: [enc(x) for x in v] if isinstance(v, list) else v)
     if ctype is ConnectType.STRING:
         return _guard(lambda v: v if isinstance(v, str) else _to_str(v), str)
+    if ctype is ConnectType.FLOAT32:
+        return _guard(float32_json)
     return None

@@ -12,6 +12,9 @@ decoder bug shows as one), the emitter and the JSON serializer. Checked per mess
   with the cyclic garbage collector paused so that it does not charge one message for others);
   a watchdog timer aborts a message after 10 s of wall time, so that a real hang fails instead of
   blocking;
+* **valid output**: every record of a message that decodes is accepted by the real Kafka Connect
+  ``JsonConverter`` (both ways) and Debezium's ``ExtractNewRecordState`` (the session's
+  ``connect_checker`` JVM, checked a batch at a time, outside the timed part);
 * **bounded memory**: no message raises the process's peak RSS by more than
   ``CDCNORM_FUZZ_MAX_PEAK_MB`` (default 64 MB), and the messages at every
   ``CDCNORM_FUZZ_TRACE_EVERY``-th position of a batch (default 4: positions 0, 4 and 8 of 10;
@@ -42,6 +45,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from random import Random
 from types import FrameType
+from typing import Any
 
 import psutil
 import pytest
@@ -82,6 +86,7 @@ class Tally:
     peak: int = 0
     peak_label: str = ""
     traced: int = 0
+    checked: int = 0
 
     def add(self, label: str, outcome: str, elapsed: float, peak: int | None) -> None:
         label = label if len(label) <= 160 else label[:157] + "...]"
@@ -100,7 +105,8 @@ class Tally:
             f"fuzz {format_id}: {self.messages} messages; {outcomes}; "
             f"slowest {self.slowest * 1000:.1f} ms CPU ({self.slowest_label}); "
             f"traced peak {self.peak / 2**20:.2f} MB of {self.traced} traced ({self.peak_label}); "
-            f"RSS growth {rss_growth / 2**20:.1f} MB"
+            f"RSS growth {rss_growth / 2**20:.1f} MB; "
+            f"{self.checked} records accepted by Kafka Connect/Debezium"
         )
 
 
@@ -121,13 +127,19 @@ def _max_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
-def run_message(seed: Seed, message: Message, trace: bool) -> tuple[str, float, int | None, int]:
-    """Decode, emit and serialize one message.
+Record = tuple[str, bytes | None, bytes | None]
+
+
+def run_message(
+    seed: Seed, message: Message, trace: bool, records: list[Record] | None = None
+) -> tuple[str, float, int | None, int]:
+    """Decode, emit and serialize one message; its serialized records are appended to ``records``.
 
     Returns the outcome (``ok`` or the DecodeError class name), the CPU seconds it took, its
     tracemalloc peak (when traced) and how much it raised the process's peak RSS. Any exception
     other than a DecodeError propagates.
     """
+    out: list[Record] = []
     decoder = seed.decoder()
     options = EmitOptions(prefix="fuzz", decimal_mode=decoder.options.decimal_handling_mode)
     rss = _max_rss()
@@ -140,7 +152,7 @@ def run_message(seed: Seed, message: Message, trace: bool) -> tuple[str, float, 
     started = time.thread_time()
     try:
         for record in emit(decoder.decode(message), options):
-            record.to_json_line()
+            out.append((record.topic, record.key_bytes(), record.value_bytes()))
         outcome = "ok"
     except DecodeError as exc:
         outcome = type(exc).__name__
@@ -152,18 +164,25 @@ def run_message(seed: Seed, message: Message, trace: bool) -> tuple[str, float, 
         peak = tracemalloc.get_traced_memory()[1] if trace else None
         if trace:
             tracemalloc.stop()
+    if records is not None:
+        records.extend(out)
     return outcome, elapsed, peak, _max_rss() - rss
 
 
-def run_batch(format_id: str, seeds: tuple[Seed, ...], random_seed: int, tally: Tally) -> None:
+def run_batch(
+    format_id: str, seeds: tuple[Seed, ...], random_seed: int, tally: Tally, checker: Any = None
+) -> None:
     """Mutate and check ``BATCH`` messages chosen by ``random_seed`` (one Hypothesis example)."""
     rng = Random(random_seed)
+    batch: list[tuple[str, list[Record]]] = []
     for position in range(BATCH):
         seed = rng.choice(seeds)
         message, what = mutate(rng, seed, rng.choice(seeds))
         label = f"{seed.label} (CDCNORM_FUZZ_REPLAY={random_seed}) [{what}]"
+        records: list[Record] = []
+        batch.append((label, records))
         try:
-            outcome, elapsed, peak, rss_rise = run_message(seed, message, position % TRACE_EVERY == 0)
+            outcome, elapsed, peak, rss_rise = run_message(seed, message, position % TRACE_EVERY == 0, records)
         except Hang as exc:
             raise AssertionError(f"{format_id} {label}: {exc}") from None
         except Exception as exc:
@@ -175,6 +194,14 @@ def run_batch(format_id: str, seeds: tuple[Seed, ...], random_seed: int, tally: 
         assert max(peak or 0, rss_rise) <= MAX_PEAK_BYTES, (
             f"{format_id} {label}: memory peak {max(peak or 0, rss_rise) / 2**20:.1f} MB"
         )
+    if checker is not None:
+        for label, records in batch:
+            for record, verdict in zip(records, checker.check(records), strict=True):
+                assert verdict.ok, (
+                    f"{format_id} {label}: record refused by Kafka Connect/Debezium at {verdict.stage}: "
+                    f"{verdict.error}\n  value {(record[2] or b'null')[:800]!r}"
+                )
+            tally.checked += len(records)
 
 
 def _settings() -> settings:
@@ -190,7 +217,7 @@ def _settings() -> settings:
 
 @pytest.mark.faults
 @pytest.mark.parametrize("format_id", fuzz_formats())
-def test_mutated_messages_fail_only_with_decode_errors(format_id: str, watchdog: None) -> None:
+def test_mutated_messages_fail_only_with_decode_errors(format_id: str, watchdog: None, connect_checker: Any) -> None:
     seeds = format_seeds(format_id)
     assert seeds, f"no golden messages for {format_id}"
     tally = Tally()
@@ -199,13 +226,13 @@ def test_mutated_messages_fail_only_with_decode_errors(format_id: str, watchdog:
     @_settings()
     @given(RANDOM_SEEDS)
     def fuzz(random_seed: int) -> None:
-        run_batch(format_id, seeds, random_seed, tally)
+        run_batch(format_id, seeds, random_seed, tally, connect_checker)
 
     if SEED is not None:
         fuzz = hypothesis_seed(int(SEED))(fuzz)
     try:
         if REPLAY is not None:
-            run_batch(format_id, seeds, int(REPLAY), tally)
+            run_batch(format_id, seeds, int(REPLAY), tally, connect_checker)
         else:
             fuzz()
     finally:

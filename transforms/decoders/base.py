@@ -107,13 +107,14 @@ def type_name(value: Any) -> str:
 
 def check_value(col: Column, value: Any) -> Any:
     """``value`` if it fits ``col``'s type; raises CoercionError for an integer out of the type's
-    range (int64 takes 0..2^64-1 too) or an oversized decimal (which the emitter would turn into a
-    huge number)."""
+    signed range or an oversized decimal (which the emitter would turn into a huge number).
+
+    An int64 field holds -2^63..2^63-1 as Connect reads it (a Java ``long``): a BIGINT UNSIGNED
+    above that needs a Decimal column (``bigint.unsigned.handling.mode=precise``) or Debezium's
+    two's-complement wrap (``long``), which the decoder applies before this check."""
     bits = _INT_BITS.get(col.type)
     if bits is not None and isinstance(value, int) and not isinstance(value, bool):
-        # int64 also takes BIGINT UNSIGNED values up to 2^64-1, which sources write as they are
-        top = 1 << 64 if bits == 64 else 1 << (bits - 1)
-        if not -(1 << (bits - 1)) <= value < top:
+        if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
             text = str(value) if value.bit_length() <= 200 else f"of {value.bit_length()} bits"
             raise CoercionError(f"integer {text} does not fit {col.type.value}")
     elif isinstance(value, Decimal):

@@ -44,7 +44,7 @@ _INT_RANGES = {
     ConnectType.INT8: (-(1 << 7), 1 << 7),
     ConnectType.INT16: (-(1 << 15), 1 << 15),
     ConnectType.INT32: (-(1 << 31), 1 << 31),
-    ConnectType.INT64: (-(1 << 63), 1 << 64),
+    ConnectType.INT64: (-(1 << 63), 1 << 63),
 }
 
 

@@ -16,10 +16,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from transforms.connect import Column, ConnectType, TableSchema
-from transforms.envelope import ChangeEvent, EmitOptions, RowEvent, destination_topic
+from transforms.envelope import (
+    ChangeEvent,
+    EmitOptions,
+    RowEvent,
+    destination_topic,
+    source_field_type,
+    source_field_value,
+)
 from transforms.errors import TransformError
 
 __all__ = ["MetadataField", "parse_metadata_fields", "with_added_columns"]
@@ -41,24 +46,6 @@ _FIXED_TYPES: dict[str, ConnectType] = {
     "transaction.total_order": ConnectType.INT64,
     "transaction.data_collection_order": ConnectType.INT64,
 }
-
-
-def _inferred_type(value: Any) -> ConnectType:
-    if isinstance(value, bool):
-        return ConnectType.BOOLEAN
-    if isinstance(value, int):
-        return ConnectType.INT64
-    if isinstance(value, float):
-        return ConnectType.FLOAT64
-    return ConnectType.STRING
-
-
-def _plain(value: Any) -> Any:
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    if isinstance(value, dict | list):
-        return orjson.dumps(value).decode()
-    return str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +93,11 @@ class MetadataField:
             return source.snapshot.value
         if source_name == "sequence":
             return source.sequence
-        return _plain(source.fields.get(source_name or ""))
+        return source_field_value(source.fields.get(source_name or ""))
 
     def column_for(self, value: Any) -> Column:
         """The (optional) column of this field; a format's own fields are typed by value."""
-        ctype = _FIXED_TYPES.get(self.spec) or _inferred_type(value)
+        ctype = _FIXED_TYPES.get(self.spec) or source_field_type(value)
         return Column(self.column, ctype, True)
 
 
