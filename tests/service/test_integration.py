@@ -22,7 +22,8 @@ from service.dlq import (
     FORMAT_HEADER,
 )
 from service.local import create_topics
-from tests.service.harness import ROOT, WorkerProcess, list_topics, read_topics
+from tests.conftest import assert_connect_accepts
+from tests.service.harness import ROOT, Record, WorkerProcess, list_topics, read_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -71,13 +72,21 @@ def base_config(bootstrap: str, redis_url: str, redis_prefix: str, prefix: str, 
     }
 
 
+def assert_records_accepted(checker: Any, records: list[Record]) -> None:
+    """The worker's normalized records (not the dead letters: those are the original bytes) pass
+    the real Kafka Connect JsonConverter and Debezium's ExtractNewRecordState."""
+    normalized = [(r.topic, r.key, r.value) for r in records if not r.topic.endswith(".dlq")]
+    assert normalized
+    assert_connect_accepts(checker, normalized, "records the worker produced")
+
+
 @pytest.fixture
 def prefix() -> str:
     return f"it{uuid.uuid4().hex[:8]}"
 
 
 def test_canal_end_to_end_keys_partitions_tombstones_dlq(
-    kafka_bootstrap: str, redis_url: str, redis_prefix: str, prefix: str, tmp_path: Path
+    kafka_bootstrap: str, redis_url: str, redis_prefix: str, prefix: str, tmp_path: Path, connect_checker: Any
 ) -> None:
     source = f"{prefix}-src"
     create_topics(kafka_bootstrap, [source], partitions=1)
@@ -110,6 +119,7 @@ def test_canal_end_to_end_keys_partitions_tombstones_dlq(
     table_topic = f"{prefix}.shop.users"
     create_topics(kafka_bootstrap, [table_topic])  # exists already (4 partitions on produce)
     records = read_topics(kafka_bootstrap, [table_topic, prefix, f"{prefix}.dlq"])
+    assert_records_accepted(connect_checker, records)
     data = [r for r in records if r.topic == table_topic]
     assert len(data) == 20 + 20 + 10 + 10
     by_key: dict[int, list[Any]] = defaultdict(list)
@@ -157,7 +167,7 @@ SHAREPLEX_UPDATE = (
 
 
 def test_partial_image_completion(
-    kafka_bootstrap: str, redis_url: str, redis_prefix: str, prefix: str, tmp_path: Path
+    kafka_bootstrap: str, redis_url: str, redis_prefix: str, prefix: str, tmp_path: Path, connect_checker: Any
 ) -> None:
     on, off = f"{prefix}-on", f"{prefix}-off"
     create_topics(kafka_bootstrap, [on, off], partitions=1)
@@ -177,6 +187,7 @@ def test_partial_image_completion(
     finally:
         worker.stop()
     records = read_topics(kafka_bootstrap, [f"{prefix}.on.MIO_LOG", f"{prefix}.off.MIO_LOG"])
+    assert_records_accepted(connect_checker, records)
     updates = {r.topic: r.value_json["payload"] for r in records if r.value and r.value_json["payload"]["op"] == "u"}
     completed = updates[f"{prefix}.on.MIO_LOG"]["after"]
     placeholder = updates[f"{prefix}.off.MIO_LOG"]["after"]
@@ -188,7 +199,7 @@ def test_partial_image_completion(
 
 
 def test_two_workers_share_qlik_metadata_through_redis(
-    kafka_bootstrap: str, redis_url: str, redis_prefix: str, prefix: str, tmp_path: Path
+    kafka_bootstrap: str, redis_url: str, redis_prefix: str, prefix: str, tmp_path: Path, connect_checker: Any
 ) -> None:
     lines = (DATA / "qlik-json" / "vectors-metadata-then-data.txt").read_bytes().splitlines()
     metadata, data = lines[0], lines[1]
@@ -217,6 +228,7 @@ def test_two_workers_share_qlik_metadata_through_redis(
             w.stop()
     outputs = [t for t in list_topics(kafka_bootstrap, prefix) if t.endswith(".salaries")]
     records = read_topics(kafka_bootstrap, outputs)
+    assert_records_accepted(connect_checker, records)
     rows = [r.value_json["payload"] for r in records if r.value]
     assert rows and rows[0]["after"]["emp_no"] == 14472
     assert rows[0]["source"]["connector"] == "qlik-json"
@@ -248,10 +260,11 @@ def test_errors_fail_stops_the_worker_without_committing(
     assert committed in (-1001, 1), committed
 
 
-def test_cdcnorm_up_runs_the_samples(kafka_bootstrap: str, redis_url: str) -> None:
+def test_cdcnorm_up_runs_the_samples(kafka_bootstrap: str, redis_url: str, connect_checker: Any) -> None:
+    up_prefix = f"up{uuid.uuid4().hex[:6]}"
     result = subprocess.run(
         [sys.executable, "-m", "service.cli", "up", "--duration", "90", "--bootstrap", kafka_bootstrap,
-         "--redis-url", redis_url, "--topic-prefix", f"up{uuid.uuid4().hex[:6]}"],
+         "--redis-url", redis_url, "--topic-prefix", up_prefix],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -272,3 +285,8 @@ def test_cdcnorm_up_runs_the_samples(kafka_bootstrap: str, redis_url: str) -> No
         cells = [c.strip() for c in row.strip("│").split("│")]
         produced, seen, dlq = int(cells[2]), int(cells[3]), int(cells[5])
         assert seen == produced and dlq == 0, row
+    # every record `up` wrote to the normalized topics passes the real Connect runtime
+    normalized = [t for t in list_topics(kafka_bootstrap, up_prefix) if not t.endswith(".dlq")]
+    records = read_topics(kafka_bootstrap, normalized)
+    assert len(records) > 100
+    assert_records_accepted(connect_checker, records)
