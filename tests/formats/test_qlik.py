@@ -1068,7 +1068,9 @@ def test_type_mapping() -> None:
     assert col("DATETIME", scale=9).source_type == "DATETIME(9)"
     assert col("BOOLEAN").type is ConnectType.BOOLEAN
     assert col("SOMETHING_NEW").type is ConnectType.STRING
-    assert col("INT4", nullable=False).optional is False
+    # NOT NULL is required in Connect only for key columns: a mask may leave any other column out
+    assert col("INT4", nullable=False, primary_key_position=1).optional is False
+    assert col("INT4", nullable=False).optional is True
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

@@ -223,21 +223,26 @@ type and logical name. Decimal and date-time types depend on precision/scale and
 def connect_column(col: QlikColumn) -> Column:
     """The Connect column of a Replicate column (unknown types become strings).
 
+    Only key columns are required: a NOT NULL column outside the key may still be left out of a
+    change by its ``columnMask``, and an absent number or date is emitted as ``null`` (named in
+    ``source.unavailable_after``), which a required Connect field cannot hold.
+
     >>> connect_column(QlikColumn("p", 1, "NUMERIC", precision=10, scale=2)).params
     (('connect.decimal.precision', '10'), ('scale', '2'))
     >>> connect_column(QlikColumn("t", 2, "DATETIME", scale=6)).logical
     'io.debezium.time.MicroTimestamp'
     """
     kind = col.type
+    optional = col.nullable or col.primary_key_position <= 0
     if kind in _DECIMAL_TYPES:
         if col.precision > 0:
-            return Column.decimal(col.name, col.precision, col.scale, col.nullable, col.source_type)
-        return Column.decimal(col.name, None, None, col.nullable, col.source_type)
+            return Column.decimal(col.name, col.precision, col.scale, optional, col.source_type)
+        return Column.decimal(col.name, None, None, optional, col.source_type)
     if kind in _DATETIME_TYPES:
         logical = Logical.TIMESTAMP if col.scale <= 3 else Logical.MICRO_TIMESTAMP
-        return Column(col.name, ConnectType.INT64, col.nullable, logical, source_type=col.source_type)
+        return Column(col.name, ConnectType.INT64, optional, logical, source_type=col.source_type)
     ctype, logical_name = REPLICATE_TYPES.get(kind, (ConnectType.STRING, None))
-    return Column(col.name, ctype, col.nullable, logical_name, source_type=col.source_type)
+    return Column(col.name, ctype, optional, logical_name, source_type=col.source_type)
 
 
 # ----------------------------------------------------------------------------- parsing
