@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 from decimal import Decimal
 
+import orjson
 import pytest
 
 from sink.changes import ChangeParseError, compact, parse_record
 from sink.types import spark_type, widening
 from tests.sink.history import ORDERS, scripted_history
-from transforms.connect import Column, ConnectType, Logical
+from transforms.connect import Column, ConnectType, Logical, TableSchema
+from transforms.decoders import Message, create_decoder
 from transforms.envelope import ChangeEvent, EmitOptions, Operation, SourceInfo, emit
+from transforms.pipeline import Pipeline
 from transforms.values import UNAVAILABLE
 
 
@@ -168,3 +172,66 @@ def test_scripted_history_compacts_to_expected_state() -> None:
         # a column still absent after folding (no full image earlier in the batch) is left to the table
         known = [k for k in row if k not in change.unavailable]
         assert {k: change.row.get(k) for k in known} == {k: row[k] for k in known}
+
+
+# MySQL's widest DECIMAL is DECIMAL(65,30); Python's default decimal context has 28 digits
+WIDE_DECIMALS = [
+    (40, 3, "123456789876543212345678987654321.110"),
+    (40, 3, "-999999999999999999999999999999999999.999"),
+    (65, 30, "12345678901234567890123456789012345.123456789012345678901234567890"),
+    (65, 30, "-99999999999999999999999999999999999.999999999999999999999999999999"),
+    (65, 30, "0.000000000000000000000000000001"),
+    (65, 0, "99999999999999999999999999999999999999999999999999999999999999999"),
+    (65, 0, "-18446744073709551615"),
+]
+
+
+@pytest.mark.parametrize("precision, scale, text", WIDE_DECIMALS)
+def test_wide_decimals_round_trip_exactly_through_emit_json_and_parse(
+    precision: int, scale: int, text: str
+) -> None:
+    """Every digit survives emit (Connect Decimal bytes) -> JSON -> the sink's decoder."""
+    context_before = decimal.getcontext().prec
+    table = TableSchema(
+        "shop",
+        None,
+        "wide",
+        (
+            Column("id", ConnectType.INT64, False),
+            Column.decimal("d", precision, scale),
+            Column.decimal("v", None, None),  # VariableScaleDecimal: the sink keeps 10 fraction digits
+        ),
+        ("id",),
+    )
+    value = Decimal(text)
+    short = value.quantize(Decimal("1E-10"), context=decimal.Context(prec=200))
+    row = {"id": 1, "d": value, "v": short}
+    (change,) = _changes([ChangeEvent(Operation.CREATE, table, None, row, SourceInfo("t", sequence="1"))])
+    assert change.row is not None
+    assert change.row["d"] == value and change.row["d"].as_tuple().exponent == -scale
+    assert change.row["v"] == short
+    assert decimal.getcontext().prec == context_before  # no change of the global context
+
+
+def test_wide_decimal_from_canal_reaches_the_sink_exactly() -> None:
+    """The issue's case: a MySQL DECIMAL(40,3) from Canal kept exact through to the sink."""
+    doc = {
+        "database": "shop",
+        "table": "wide",
+        "type": "INSERT",
+        "mysqlType": {"id": "int(11)", "d": "decimal(40,3)", "e": "decimal(65,30)"},
+        "pkNames": ["id"],
+        "data": [
+            {
+                "id": "1",
+                "d": "123456789876543212345678987654321.110",
+                "e": "12345678901234567890123456789012345.123456789012345678901234567890",
+            }
+        ],
+    }
+    pipeline = Pipeline(create_decoder("canal-json"), EmitOptions())
+    (rec,) = pipeline.process(Message(orjson.dumps(doc)))
+    change = parse_record(rec.topic, 0, 0, rec.key_bytes(), rec.value_bytes())
+    assert change is not None and change.row is not None
+    assert str(change.row["d"]) == "123456789876543212345678987654321.110"
+    assert str(change.row["e"]) == "12345678901234567890123456789012345.123456789012345678901234567890"

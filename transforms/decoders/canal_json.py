@@ -524,7 +524,7 @@ class CanalJsonDecoder(Decoder):
             elif col.type is ConnectType.INT64 and logical is None:
                 # 2^63..2^64-1 can only be a BIGINT UNSIGNED value (long mode, an unsigned column
                 # known by its sqlType only, a JSON number): wrapped as Debezium's long mode does
-                return wrap_unsigned_bigint(self.coerce(col, value, field, raw))
+                value = wrap_unsigned_bigint(value)
         except CoercionError as exc:
             raise self.error(field, str(exc), raw) from exc
         except (ArithmeticError, ValueError) as exc:  # a year beyond C long, an offset past year 1 ...

@@ -1,0 +1,111 @@
+"""Decimals keep every digit: Connect Decimal bytes both ways (values.unscaled_bytes and
+decimal_from_unscaled) at MySQL's DECIMAL(65,30) and beyond, without Python's 28-digit default
+context rounding them, and without changing that context."""
+
+from __future__ import annotations
+
+import base64
+import decimal
+from decimal import Decimal
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from transforms.connect import Column, DecimalHandlingMode
+from transforms.decoders import Message, create_decoder
+from transforms.decoders.connect_json import decode_value
+from transforms.envelope import EmitOptions
+from transforms.pipeline import Pipeline
+from transforms.values import decimal_from_unscaled, encoder_for, unscaled_bytes
+
+WIDE = [
+    ("123456789876543212345678987654321.110", 3),  # the issue's MySQL DECIMAL(40,3) value
+    ("-999999999999999999999999999999999999.999", 3),
+    ("12345678901234567890123456789012345.123456789012345678901234567890", 30),  # DECIMAL(65,30)
+    ("-99999999999999999999999999999999999.999999999999999999999999999999", 30),
+    ("99999999999999999999999999999999999999999999999999999999999999999", 0),  # DECIMAL(65,0)
+    ("0.000000000000000000000000000001", 30),
+    ("9" * 900 + "." + "9" * 100, 100),  # PostgreSQL NUMERIC sizes
+]
+
+
+@pytest.mark.parametrize("text, scale", WIDE)
+def test_unscaled_bytes_round_trip_exactly(text: str, scale: int) -> None:
+    before = decimal.getcontext().prec
+    value = Decimal(text)
+    back = decimal_from_unscaled(unscaled_bytes(value, scale), scale)
+    assert back == value and format(back, "f") == text
+    assert decimal.getcontext().prec == before
+
+
+@given(
+    st.integers(min_value=-(10**70), max_value=10**70),
+    st.integers(min_value=0, max_value=40),
+)
+def test_any_unscaled_integer_round_trips(unscaled: int, scale: int) -> None:
+    value = Decimal(unscaled).scaleb(-scale, context=decimal.Context(prec=200))
+    raw = unscaled_bytes(value, scale)
+    assert int.from_bytes(raw, "big", signed=True) == unscaled
+    assert decimal_from_unscaled(raw, scale) == value
+
+
+@pytest.mark.parametrize(
+    "text, scale, rounded",
+    [
+        ("1.005", 2, "1.00"),
+        ("1.015", 2, "1.02"),
+        ("-2.5", 0, "-2"),
+        ("123456789876543212345678987654321.1105", 3, "123456789876543212345678987654321.110"),
+        ("123456789876543212345678987654321.1115", 3, "123456789876543212345678987654321.112"),
+        ("1E+40", 0, "1" + "0" * 40),
+    ],
+)
+def test_values_beyond_the_scale_round_half_even(text: str, scale: int, rounded: str) -> None:
+    assert str(decimal_from_unscaled(unscaled_bytes(Decimal(text), scale), scale)) == rounded
+
+
+@pytest.mark.parametrize("text, scale", WIDE[:5])
+def test_the_emitted_decimal_decodes_exactly_as_connect_json(text: str, scale: int) -> None:
+    col = Column.decimal("d", 65, scale)
+    encode = encoder_for(col, DecimalHandlingMode.PRECISE)
+    assert encode is not None
+    emitted = encode(Decimal(text))
+    assert decode_value(col, emitted) == Decimal(text)
+    variable = encoder_for(Column.decimal("v", None, None), DecimalHandlingMode.PRECISE)
+    assert variable is not None
+    assert decode_value(Column.decimal("v", None, None), variable(Decimal(text))) == Decimal(text)
+
+
+@pytest.mark.parametrize("mode", ["precise", "string"])
+def test_canal_wide_decimal_survives_emit_and_json(mode: str) -> None:
+    doc = {
+        "database": "db",
+        "table": "t",
+        "type": "INSERT",
+        "mysqlType": {"d40": "decimal(40,3)", "d65": "decimal(65,30)"},
+        "pkNames": [],
+        "data": [
+            {
+                "d40": "123456789876543212345678987654321.110",
+                "d65": "12345678901234567890123456789012345.123456789012345678901234567890",
+            }
+        ],
+    }
+    decoder = create_decoder("canal-json", {"decimal.handling.mode": mode})
+    pipeline = Pipeline(decoder, EmitOptions(decimal_mode=DecimalHandlingMode(mode)))
+    (record,) = pipeline.process(Message(orjson.dumps(doc)))
+    after = orjson.loads(record.value_bytes())["payload"]["after"]
+    if mode == "string":
+        assert after["d40"] == "123456789876543212345678987654321.110"
+        assert after["d65"] == "12345678901234567890123456789012345.123456789012345678901234567890"
+    else:
+        assert (
+            str(decimal_from_unscaled(base64.b64decode(after["d40"]), 3))
+            == "123456789876543212345678987654321.110"
+        )
+        assert (
+            str(decimal_from_unscaled(base64.b64decode(after["d65"]), 30))
+            == "12345678901234567890123456789012345.123456789012345678901234567890"
+        )
