@@ -185,11 +185,15 @@ def unscaled_bytes(value: Decimal, scale: int) -> bytes:
 
     >>> decimal_from_unscaled(unscaled_bytes(Decimal("123456789876543212345678987654321.110"), 3), 3)
     Decimal('123456789876543212345678987654321.110')
+    >>> unscaled_bytes(Decimal("-1.28"), 2).hex(), unscaled_bytes(Decimal("1.28"), 2).hex()
+    ('80', '0080')
     """
     ctx = exact_context(value, scale)
     unscaled = int(value.scaleb(scale, context=ctx).to_integral_value(context=ctx))
-    length = max(1, (unscaled.bit_length() + 8) // 8)
-    return unscaled.to_bytes(length, "big", signed=True)
+    # the fewest bytes, as Java's BigInteger.toByteArray: -128 is 0x80, not 0xff80 (Connect's
+    # JsonConverter writes a decimal back that way, so a longer form does not round-trip)
+    magnitude = unscaled if unscaled >= 0 else ~unscaled
+    return unscaled.to_bytes(magnitude.bit_length() // 8 + 1, "big", signed=True)
 
 
 # ---------------------------------------------------------------------------- coercion

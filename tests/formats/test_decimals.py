@@ -109,3 +109,24 @@ def test_canal_wide_decimal_survives_emit_and_json(mode: str) -> None:
             str(decimal_from_unscaled(base64.b64decode(after["d65"]), 30))
             == "12345678901234567890123456789012345.123456789012345678901234567890"
         )
+
+
+@pytest.mark.parametrize(
+    "unscaled, hex_bytes",
+    [
+        (0, "00"),
+        (-1, "ff"),
+        (127, "7f"),
+        (128, "0080"),
+        (-128, "80"),
+        (-129, "ff7f"),
+        (-32768, "8000"),
+        (-(2**63), "8000000000000000"),
+        (2**64 - 1, "00ffffffffffffffff"),
+    ],
+)
+def test_unscaled_bytes_are_minimal_as_java_writes_them(unscaled: int, hex_bytes: str) -> None:
+    """BigInteger.toByteArray's form: JsonConverter writes a decimal back that way, so a longer
+    sign extension (0xff80 for -128) would not survive a Connect round trip."""
+    assert unscaled_bytes(Decimal(unscaled), 0).hex() == hex_bytes
+    assert unscaled_bytes(Decimal(unscaled).scaleb(-2), 2).hex() == hex_bytes
