@@ -426,13 +426,20 @@ def coerce(col: Column, raw: Any) -> Any:
 def infer_column(name: str, value: Any) -> Column:
     """A column for a value of unknown type (schemaless input); ``null`` infers a string.
 
+    An integer beyond int64 (a ``BIGINT UNSIGNED`` above 2^63-1) infers an exact integer
+    decimal (Connect ``Decimal`` of scale 0, as Debezium's precise mode), never ``int64``.
+
     >>> infer_column("n", 5).type
     <ConnectType.INT64: 'int64'>
+    >>> infer_column("n", 2**64 - 1).params
+    (('scale', '0'),)
     """
     if isinstance(value, bool):
         return Column(name, ConnectType.BOOLEAN)
     if isinstance(value, int):
-        return Column(name, ConnectType.INT64)
+        if -(1 << 63) <= value < 1 << 63:
+            return Column(name, ConnectType.INT64)
+        return Column.decimal(name, None, 0)
     if isinstance(value, float):
         return Column(name, ConnectType.FLOAT64)
     if isinstance(value, Decimal):
