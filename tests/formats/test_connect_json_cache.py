@@ -131,12 +131,15 @@ SCHEMALESS_VALUES: list[Any] = [1, 1.5, True, "1", None, [], ["a"], ["a", 1], {"
 
 
 def test_schemaless_columns_follow_each_message_value_types() -> None:
+    """Each message is of its own table: the shape caches (keyed by the images) are shared across
+    tables, the per-table memory of inferred types is not (tests/formats/test_stable_inference.py)."""
     values = []
     for first in SCHEMALESS_VALUES:
         for second in SCHEMALESS_VALUES:
             before = {"id": 1, "v": first}
             after = {"id": 1, "v": second} if second is not None else {"id": 1}
-            values.append({"before": before, "after": after, "op": "u", "source": {"table": "items"}})
+            table = f"items{len(values)}"
+            values.append({"before": before, "after": after, "op": "u", "source": {"table": table}})
     assert_cache_transparent("debezium-json", values)
 
 
@@ -144,9 +147,9 @@ def test_mongodb_images_with_dates_and_binaries() -> None:
     docs = ['{"_id": 1, "d": {"$date": 1}}', '{"_id": 1, "d": {"$date": "2020-01-01"}}',
             '{"_id": 1, "d": {"$binary": "AQ=="}}', '{"_id": 1, "d": {"$numberDecimal": "1.5"}}',
             '{"_id": 1, "d": {"$date": 1}}']
-    values = [
-        {"after": doc, "op": "c", "source": {"connector": "mongodb", "collection": "items", "ord": 1, "ts_ms": 5}}
-        for doc in docs
+    values = [  # a collection each: see test_schemaless_columns_follow_each_message_value_types
+        {"after": doc, "op": "c", "source": {"connector": "mongodb", "collection": f"items{i}", "ord": 1, "ts_ms": 5}}
+        for i, doc in enumerate(docs)
     ]
     assert_cache_transparent("debezium-json", values)
 

@@ -8,6 +8,7 @@ values that compare equal but differ in type, ints beyond int64, the UNAVAILABLE
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -36,6 +37,18 @@ def _check(format_id: str, warm_up: dict[str, Any], probe: dict[str, Any]) -> No
     for _ in range(2):  # the second round hits the entries the first one made
         _outcome(format_id, warm, _json(warm_up))
     assert _outcome(format_id, warm, _json(probe)) == _outcome(format_id, fresh, _json(probe))
+
+
+def _elsewhere(doc: dict[str, Any]) -> dict[str, Any]:
+    """The same change in another table. The shape caches are keyed by the images alone, so it
+    warms them for the probe; the per-table memory of inferred types, which is meant to change a
+    later change's types (tests/formats/test_stable_inference.py), stays out of the comparison."""
+    doc = copy.deepcopy(doc)
+    if "metadata" in doc:
+        doc["metadata"]["table-name"] += "_w"
+    else:
+        doc["table"] += "_W"
+    return doc
 
 
 def _maxwell(data: dict[str, Any], old: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -68,28 +81,28 @@ SCHEMALESS_PROBES = [
 
 @pytest.mark.parametrize(("warm_up", "probe"), SCHEMALESS_PROBES)
 def test_maxwell_insert(warm_up: dict[str, Any], probe: dict[str, Any]) -> None:
-    _check("maxwell-json", _maxwell(warm_up), _maxwell(probe))
+    _check("maxwell-json", _elsewhere(_maxwell(warm_up)), _maxwell(probe))
 
 
 @pytest.mark.parametrize(("warm_up", "probe"), SCHEMALESS_PROBES)
 def test_maxwell_update_old_values(warm_up: dict[str, Any], probe: dict[str, Any]) -> None:
     """The before-image (data overlaid with old) is the second image of the shape."""
-    _check("maxwell-json", _maxwell({"id": 1, "v": 0.5}, warm_up), _maxwell({"id": 1, "v": 0.5}, probe))
+    _check("maxwell-json", _elsewhere(_maxwell({"id": 1, "v": 0.5}, warm_up)), _maxwell({"id": 1, "v": 0.5}, probe))
 
 
 @pytest.mark.parametrize(("warm_up", "probe"), SCHEMALESS_PROBES)
 def test_ogg_before_image(warm_up: dict[str, Any], probe: dict[str, Any]) -> None:
-    _check("ogg-json", _ogg({"id": 1, "w": "x"}, warm_up), _ogg({"id": 1, "w": "x"}, probe))
+    _check("ogg-json", _elsewhere(_ogg({"id": 1, "w": "x"}, warm_up)), _ogg({"id": 1, "w": "x"}, probe))
 
 
 def test_ogg_before_in_other_order_than_after() -> None:
     after, before = {"id": 1, "a": 1, "b": "x"}, {"b": "y", "id": 1}
-    _check("ogg-json", _ogg(after, before), _ogg(after, {"b": 2, "id": 1}))
+    _check("ogg-json", _elsewhere(_ogg(after, before)), _ogg(after, {"b": 2, "id": 1}))
 
 
 @pytest.mark.parametrize(("warm_up", "probe"), SCHEMALESS_PROBES)
 def test_aws_dms(warm_up: dict[str, Any], probe: dict[str, Any]) -> None:
-    _check("aws-dms-json", _dms(warm_up), _dms(probe))
+    _check("aws-dms-json", _elsewhere(_dms(warm_up)), _dms(probe))
 
 
 def _aliyun(columns: list[dict[str, Any]], after: dict[str, Any]) -> dict[str, Any]:

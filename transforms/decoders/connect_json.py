@@ -33,7 +33,7 @@ import contextlib
 import datetime as dt
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -45,6 +45,7 @@ from transforms.decoders.base import check_decimal_params, check_value, coerce_c
 from transforms.decoders.cache import LruCache, TableCache
 from transforms.decoders.fields import INT64_MAX, INT64_MIN, parse_int
 from transforms.decoders.rowplan import FastConverter, NotFast, RowPlan, fast_converter
+from transforms.decoders.schemaless_json import ColumnMemory, Inferred, infer_images
 from transforms.envelope import ChangeEvent, Event, Operation, SnapshotMarker, SourceInfo, TransactionRef
 from transforms.jsonio import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, JsonLimitError, loads_limited
 from transforms.values import UNAVAILABLE, CoercionError, decimal_from_unscaled, infer_column
@@ -199,31 +200,23 @@ def columns_from_struct(schema: Any, where: str = "schema") -> tuple[Column, ...
 
 
 def infer_columns(*images: Mapping[str, Any] | None) -> tuple[Column, ...]:
-    """Columns for schemaless rows: the union of the images' fields, typed by the first non-null value.
+    """Columns for schemaless rows: the union of the images' fields, each typed by the join of its
+    non-null values' types (:func:`~transforms.decoders.schemaless_json.infer_images`).
 
-    Numbers become int64/double (double if any image has a fraction), strings string, objects
-    ``io.debezium.data.Json``, booleans boolean.
+    Numbers become int64/double (double if any image has a fraction; an integer beyond int64 a
+    Decimal of scale 0), strings string, objects ``io.debezium.data.Json``, booleans boolean, and
+    values of types no one type holds string. The UNAVAILABLE marker is a string here: Debezium
+    writes it in string and bytes columns only. :meth:`ConnectEnvelopeReader.inferred_layout`
+    keeps the types of a table stable across messages.
 
     >>> [c.type.value for c in infer_columns({"a": 1, "b": None}, {"a": 1.5, "b": "x"})]
     ['double', 'string']
     """
-    values: dict[str, Any] = {}
-    floats: set[str] = set()
-    for image in images:
-        if not image:
-            continue
-        for name, value in image.items():
-            if isinstance(value, float):
-                floats.add(name)
-            if values.get(name) is None:
-                values[name] = value
-    cols = []
-    for name, value in values.items():
-        col = infer_column(name, value)
-        if name in floats and col.type is ConnectType.INT64:
-            col = Column(name, ConnectType.FLOAT64)
-        cols.append(col)
-    return tuple(cols)
+    return _infer(images).columns
+
+
+def _infer(images: tuple[Mapping[str, Any] | None, ...]) -> Inferred:
+    return infer_images(images, marker_absent=False)
 
 
 # ---------------------------------------------------------------------------- values
@@ -395,6 +388,10 @@ class RowLayout:
         self._plan = RowPlan(columns, _fast_decoder)
         self._derived: dict[Callable[[RowLayout], Any], Any] = {}
 
+    def retyped(self, columns: tuple[Column, ...]) -> RowLayout:
+        """This layout if ``columns`` are its columns, else a layout of ``columns``."""
+        return self if columns == self.columns else RowLayout(columns)
+
     def derived(self, build: Callable[[RowLayout], T]) -> T:
         """``build(self)``, computed once per layout: what a decoder derives from the columns.
 
@@ -418,27 +415,39 @@ class RowLayout:
 
 
 _SIMPLE_KINDS = frozenset({str, int, float, bool, type(None), dict})
-"""Value types that alone decide the column :func:`infer_columns` infers (and its float flag)."""
+"""Value types that alone decide the column :func:`infer_columns` infers (an int: if within int64)."""
+
+_BEYOND_INT64 = "int beyond int64"
+"""The kind of an integer beyond int64 (which infers a decimal, not int64)."""
 
 
 def _value_kind(value: Any) -> Any:
-    """What :func:`~transforms.values.infer_column` infers from: the type, and for an array
-    whether it holds only strings, for a datetime whether it has a zone."""
+    """What :func:`~transforms.values.infer_column` infers from: the type, for an int whether it
+    is beyond int64, for an array whether it holds only strings, for a datetime whether it has a zone."""
+    kind = type(value)
+    if kind is int:
+        return int if INT64_MIN <= value <= INT64_MAX else _BEYOND_INT64
     if isinstance(value, list):
-        return type(value), bool(value) and all(isinstance(v, str) for v in value)
+        return kind, bool(value) and all(isinstance(v, str) for v in value)
     if isinstance(value, dt.datetime):
-        return type(value), value.tzinfo is not None
-    return type(value)
+        return kind, value.tzinfo is not None
+    return kind
 
 
 def _image_shape(image: Mapping[str, Any] | None) -> tuple[Any, ...]:
     """An image's field names and value kinds: all that :func:`infer_columns` reads of it."""
     if not image:
         return ()
-    kinds = tuple(map(type, image.values()))
-    if not _SIMPLE_KINDS.issuperset(kinds):
-        kinds = tuple(map(_value_kind, image.values()))
+    values = image.values()
+    kinds = tuple(map(type, values))
+    if not _SIMPLE_KINDS.issuperset(kinds) or (int in kinds and not _ints_within_int64(values)):
+        kinds = tuple(map(_value_kind, values))
     return tuple(image), kinds
+
+
+def _ints_within_int64(values: Iterable[Any]) -> bool:
+    ints = [v for v in values if type(v) is int]
+    return min(ints) >= INT64_MIN and max(ints) <= INT64_MAX
 
 
 # ---------------------------------------------------------------------------- MongoDB
@@ -862,10 +871,12 @@ class ConnectEnvelopeReader:
         self._key_schemas: LruCache[bytes, KeyColumns] = LruCache(
             cache_size, _KEY_SCHEMA_CACHE_BYTES, lambda key, _: len(key)
         )
-        # the shape of schemaless images (see _image_shape) -> their layout
-        self._shapes: LruCache[tuple[Any, ...], RowLayout] = LruCache(
-            cache_size, 200_000, lambda _, layout: len(layout.columns) + 1
+        # the shape of schemaless images (see _image_shape) -> their layout and inferred columns
+        self._shapes: LruCache[tuple[Any, ...], tuple[RowLayout, Inferred]] = LruCache(
+            cache_size, 200_000, lambda _, hit: len(hit[0].columns) + 1
         )
+        # the inferred column types of each table, kept stable across messages (see schemaless_json)
+        self.memory = ColumnMemory(4 * cache_size, 200_000)
 
     # -- caches ------------------------------------------------------------------------
 
@@ -893,15 +904,33 @@ class ConnectEnvelopeReader:
         return by_content(self._layouts, schema, build, where.encode())
 
     def inferred_layout(
-        self, after: Mapping[str, Any] | None, before: Mapping[str, Any] | None = None
+        self,
+        after: Mapping[str, Any] | None,
+        before: Mapping[str, Any] | None = None,
+        table: Hashable | None = None,
     ) -> RowLayout:
-        """The layout of ``infer_columns(after, before)``, cached by the images' shapes."""
+        """The layout of ``infer_columns(after, before)``, cached by the images' shapes.
+
+        With ``table`` (e.g. ``(db, schema, table)``) the columns are typed as that table's memory
+        types them, the memory widened by them first (see :mod:`~transforms.decoders.schemaless_json`),
+        so that a column's type does not change with the values of one message.
+        """
         shape = (_image_shape(after), _image_shape(before))
-        layout = self._shapes.get(shape)
-        if layout is None:
-            layout = RowLayout(infer_columns(after, before))
-            self._shapes.put(shape, layout)
-        return layout
+        hit = self._shapes.get(shape)
+        if hit is None:
+            inferred = _infer((after, before))
+            hit = (RowLayout(inferred.columns), inferred)
+            self._shapes.put(shape, hit)
+        layout, inferred = hit
+        if table is None:
+            return layout
+        return self.memory.table(table).resolved(layout, inferred, layout.retyped)
+
+    def memory_columns(self, table: Hashable, columns: tuple[Column, ...]) -> tuple[Column, ...]:
+        """``columns`` (inferred elsewhere, e.g. from a schemaless key) as the table's memory types
+        those it knows; the memory is not changed."""
+        types = self.memory.table(table).types
+        return tuple(types.get(c.name, c) for c in columns)
 
     def layout_table(
         self, layout: RowLayout, db: str | None, schema: str | None, name: str, key: tuple[str, ...]
@@ -1105,16 +1134,22 @@ class ConnectEnvelopeReader:
         if not isinstance(source, dict):
             raise FieldError("source", f"expected an object, found {type_name(source)}")
         declared = self._envelope_schema(schema)
-        layout = declared.layout or self.inferred_layout(after, before)
+        db, db_schema, table_name = _table_name(source, fallback)
+        ident: tuple[str | None, ...] | None = None
+        if declared.layout is not None:
+            layout = declared.layout
+        else:  # inferred, as the table's memory types it
+            ident = (db, db_schema, table_name)
+            layout = self.inferred_layout(after, before, ident)
         extra: tuple[Column, ...] = ()
         key_names: tuple[str, ...] = ()
         if key is not None:
             key_names = key.names
             if not layout.names.issuperset(key_names):
                 missing = tuple(c for c in key.columns if c.name not in layout.names)
-                if declared.layout is not None:
+                if ident is None:
                     raise FieldError("key", f"key columns {[c.name for c in missing]} are not row columns")
-                extra = missing
+                extra = self.memory_columns(ident, missing)
         if absent_columns:
             have = layout.names.union(c.name for c in extra)
             extra += tuple(Column(n, ConnectType.STRING) for n in sorted(absent_columns - have))
@@ -1125,14 +1160,13 @@ class ConnectEnvelopeReader:
         if op is Operation.DELETE:
             after_row = None
             if before_row is None and key is not None and key.values is not None:
-                before_row = {c.name: key.values.get(c.name, UNAVAILABLE) for c in layout.columns}
+                before_row = _row_of_key(key, key.values, layout)
         elif op in (Operation.CREATE, Operation.READ):
             before_row = None
             if after_row is None:
                 raise FieldError("after", f"op {op.value!r} needs an 'after' image")
         elif op is Operation.UPDATE and after_row is None:
             raise FieldError("after", "op 'u' needs an 'after' image")
-        db, db_schema, table_name = _table_name(source, fallback)
         info = self._source_info(source, declared.source, extra_source)
         ts_raw = payload.get("ts_ms")
         ts_ms = _int(ts_raw)
@@ -1148,6 +1182,20 @@ class ConnectEnvelopeReader:
             transaction=self.transaction(payload.get("transaction")),
             ts_ms=ts_ms,
         )
+
+
+def _row_of_key(key: EnvelopeKey, values: Mapping[str, Any], layout: RowLayout) -> dict[str, Any]:
+    """The before image of a delete that has none: the key's values (the other columns
+    UNAVAILABLE), each converted to its row column where the key types it otherwise."""
+    key_types = {c.name: c.as_optional() for c in key.columns}
+    row: dict[str, Any] = {}
+    for col in layout.columns:
+        name = col.name
+        value = values.get(name, UNAVAILABLE)
+        if name in values and key_types.get(name, col) != col.as_optional():
+            value = _decode_cell(col, value, f"key.{name}")
+        row[name] = value
+    return row
 
 
 def _table_name(source: Mapping[str, Any], fallback: TableName) -> tuple[str | None, str | None, str | None]:

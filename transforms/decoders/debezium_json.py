@@ -5,7 +5,9 @@ Accepted values, one per message:
 * an envelope ``{"before", "after", "source", "op", "ts_ms", "transaction"}``, bare or wrapped
   as ``{"schema": ..., "payload": ...}`` (``"schema": null`` too). With a schema, the row columns
   and types come from it (logical names and parameters kept; Decimal bytes decoded at the
-  schema's scale); without one they are inferred from the values. MongoDB envelopes whose
+  schema's scale); without one they are inferred from the values, and a table's inferred types
+  stay stable across messages (they only widen, at most twice per column: see
+  :mod:`~transforms.decoders.schemaless_json`). MongoDB envelopes whose
   ``before``/``after`` are Extended JSON strings are parsed into documents;
 * ``op: "m"`` (logical decoding message), heartbeats ``{"ts_ms": ...}`` and tombstones → no event;
 * transaction metadata (``status: BEGIN|END``) → a transaction event;
@@ -176,8 +178,8 @@ class DebeziumJsonDecoder(Decoder):
         db = names["db"] if names["table"] else fallback.db
         if isinstance(schema, dict) and schema.get("type") == "struct":
             layout = self._reader.struct_layout(schema, "schema")
-        else:
-            layout = self._reader.inferred_layout(row)
+        else:  # inferred, as the table's memory types it (stable across messages)
+            layout = self._reader.inferred_layout(row, None, (db, names["schema"], table_name))
         key = self._key(message, mongodb=False)
         if key is not None:
             missing = [c.name for c in key.columns if c.name not in layout.names]

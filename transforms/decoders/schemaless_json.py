@@ -1,9 +1,34 @@
 """The common core of the JSON CDC formats whose row images carry typed JSON values but no types.
 
-Maxwell, Oracle GoldenGate and AWS DMS write each column as a plain JSON value (number, string,
-boolean, object, array, null) and say nothing about the column's SQL type. This module infers a
-Connect column from the values seen in a change (:func:`infer_columns`), types the images against
-those columns (:func:`typed_image`) and hands out cached :class:`TableSchema` objects.
+Maxwell, Oracle GoldenGate and AWS DMS (and Debezium JSON without a schema, through
+:mod:`~transforms.decoders.connect_json`) write each column as a plain JSON value (number,
+string, boolean, object, array, null) and say nothing about the column's SQL type. This module
+infers a Connect column from the values seen (:func:`infer_value`, :func:`infer_images`), keeps
+the inferred types of each table stable from message to message (:class:`ColumnMemory`), types
+the images against those columns and hands out cached :class:`TableSchema` objects.
+
+**The inference rule.** A column's type is the least type that holds every non-null value seen
+for the column in the table so far: the join (:func:`widen`) of the types its values infer, in
+this lattice, where ``a -> b`` means that ``b`` holds every value of ``a``::
+
+    int64 -> double                 an int beside a fraction (as Debezium's double mode: an int
+                                    beyond 2^53 loses precision)
+    int64 -> Decimal (scale 0)      an integer beyond int64 (BIGINT UNSIGNED above 2^63-1), which
+                                    no int64 field may hold
+    int64 -> VariableScaleDecimal   an int beside a decimal (MongoDB ``$numberDecimal``)
+    array<string> -> Json           a list that is not only strings
+    any type -> string              every other mix (values as text, objects and lists as JSON)
+
+So the first non-null value of a column fixes its type; a later value the type holds is converted
+to it (an int into a double or decimal column, anything into a string column), and a value it
+does not hold widens the column, once, to the join. A column's type therefore never goes back and
+changes at most twice after its first non-null value (e.g. int64 -> double -> string). ``null``
+(and the UNAVAILABLE marker, an absent value) fixes nothing: a column that has only been null is
+*undecided* and emitted as an optional string until a value arrives.
+
+The memory is per decoder (one per source topic) and per table, least recently used first out,
+bounded by tables and by their total columns (:class:`ColumnMemory`); a table it has dropped, or a
+restarted worker, infers afresh. The columns of a change are those of its images, in their order.
 
 A column the table has but an image lacks is *absent* in that image and becomes
 :data:`~transforms.values.UNAVAILABLE`, never ``None``.
@@ -11,14 +36,19 @@ A column the table has but an image lacks is *absent* in that image and becomes
 >>> cols = infer_columns([{"id": 1, "w": None}, {"id": 1, "w": 2.5}])
 >>> [(c.name, c.type.value) for c in cols]
 [('id', 'int64'), ('w', 'double')]
+>>> table = ColumnMemory().table(("db", None, "t"))
+>>> [[c.type.value for c in table.apply(infer_images([row]))] for row in ({"k": 1}, {"k": 2**64 - 1}, {"k": 2})]
+[['int64'], ['bytes'], ['bytes']]
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -31,61 +61,249 @@ from transforms.values import UNAVAILABLE, infer_column
 
 _TABLES = TableCache()
 
-__all__ = ["SchemalessShapes", "Shape", "infer_columns", "table_schema", "typed_image"]
+__all__ = [
+    "ColumnMemory",
+    "Inferred",
+    "SchemalessShapes",
+    "Shape",
+    "TableTypes",
+    "infer_columns",
+    "infer_images",
+    "infer_value",
+    "table_schema",
+    "typed_image",
+    "widen",
+]
+
+R = TypeVar("R")
 
 
-def _absent(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and value == UNAVAILABLE)
+# value type -> a value of it that infers what every value of the type infers (ints: within int64)
+_SAMPLES: dict[object, Any] = {int: 0, float: 0.0, bool: False, str: "", dict: {}, bytes: b""}
 
 
 @lru_cache(maxsize=4096)
-def _column_for(name: str, kind: str, big: bool) -> Column:
-    if big:
-        # beyond int64 (e.g. BIGINT UNSIGNED): an exact integer decimal, as Debezium's precise mode
-        return Column.decimal(name, None, 0)
-    sample: Any = {"int": 0, "float": 0.0, "bool": False, "dict": {}, "bytes": b""}.get(kind, "")
-    return infer_column(name, sample)
+def _column_for(name: str, kind: object, big: bool) -> Column:
+    return infer_column(name, 1 << 64 if big else _SAMPLES[kind])
 
 
-def _infer(name: str, value: Any) -> Column:
-    if isinstance(value, list):
-        return infer_column(name, value)
-    big = isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX
-    return _column_for(name, type(value).__name__, big)
+def infer_value(name: str, value: Any, marker_absent: bool = True) -> Column | None:
+    """The column one non-null value infers (:func:`~transforms.values.infer_column`), ``None``
+    for ``null`` and, when ``marker_absent``, for the UNAVAILABLE marker (an absent value)."""
+    if value is None or (marker_absent and type(value) is str and value == UNAVAILABLE):
+        return None
+    kind: object = type(value)
+    if kind not in _SAMPLES:
+        return infer_column(name, value)  # lists, datetimes, decimals: by the value itself
+    return _column_for(name, kind, kind is int and not INT64_MIN <= value <= INT64_MAX)
 
 
-def _widen(old: Column, new: Column) -> Column:
-    """The column that holds values of both inferred columns."""
+def _plain(col: Column, ctype: ConnectType) -> bool:
+    return col.type is ctype and col.logical is None
+
+
+def _holds_int64(col: Column) -> bool:
+    """Whether a column type holds every int64 exactly (or, a double, as Debezium's double mode)."""
+    return _plain(col, ConnectType.FLOAT64) or col.is_decimal
+
+
+def _string_array(col: Column) -> bool:
+    return col.type is ConnectType.ARRAY and col.items is not None and _plain(col.items, ConnectType.STRING)
+
+
+def widen(old: Column, new: Column) -> Column:
+    """The least column that holds the values of both inferred columns (same name): the join of
+    the lattice in the module docstring. Commutative and associative; ``widen(a, a) == a``.
+
+    >>> widen(Column("n", ConnectType.INT64), Column("n", ConnectType.FLOAT64)).type.value
+    'double'
+    >>> widen(Column("n", ConnectType.FLOAT64), Column.decimal("n", None, 0)).type.value
+    'string'
+    """
     if old == new:
         return old
-    numeric = {ConnectType.INT64, ConnectType.FLOAT64}
-    if old.logical is None and new.logical is None and {old.type, new.type} <= numeric:
-        return Column(old.name, ConnectType.FLOAT64)
-    if old.is_decimal and new.type is ConnectType.INT64 and new.logical is None:
+    if _plain(old, ConnectType.INT64) and _holds_int64(new):
+        return new
+    if _plain(new, ConnectType.INT64) and _holds_int64(old):
         return old
-    if new.is_decimal and old.type is ConnectType.INT64 and old.logical is None:
+    if old.logical == Logical.JSON and _string_array(new):
+        return old
+    if new.logical == Logical.JSON and _string_array(old):
         return new
     return Column(old.name, ConnectType.STRING)
 
 
-def infer_columns(images: Iterable[Mapping[str, Any] | None]) -> tuple[Column, ...]:
-    """Columns for the union of the images' keys, in first-seen order, typed from their values.
+@dataclass(frozen=True, slots=True, eq=False)
+class Inferred:
+    """The columns one change's images infer, before a table's memory applies."""
 
-    A column typed from its first non-null value; ints and floats widen to double, other
-    conflicts to string; a column that is null (or absent) everywhere is a string.
-    """
+    columns: tuple[Column, ...]
+    """The union of the images' columns in first-seen order; a null-only column is a string."""
+    undecided: frozenset[str]
+    """The columns whose values are all null (or absent): their string type is a placeholder."""
+
+
+def infer_images(images: Iterable[Mapping[str, Any] | None], marker_absent: bool = True) -> Inferred:
+    """The columns of the union of the images' keys, each the join (:func:`widen`) of the columns
+    its non-null values infer (see :func:`infer_value` for ``marker_absent``)."""
     found: dict[str, Column | None] = {}
     for image in images:
-        if image is None:
+        if not image:
             continue
         for name, value in image.items():
-            seen = found.get(name)
-            if _absent(value):
+            col = infer_value(name, value, marker_absent)
+            if col is None:
                 found.setdefault(name, None)
                 continue
-            col = _infer(name, value)
-            found[name] = col if seen is None else _widen(seen, col)
-    return tuple(col if col is not None else _column_for(name, "str", False) for name, col in found.items())
+            seen = found.get(name)
+            found[name] = col if seen is None else widen(seen, col)
+    undecided = frozenset(name for name, col in found.items() if col is None)
+    columns = tuple(col if col is not None else _column_for(name, str, False) for name, col in found.items())
+    return Inferred(columns, undecided)
+
+
+def infer_columns(images: Iterable[Mapping[str, Any] | None]) -> tuple[Column, ...]:
+    """The columns the images infer on their own, without a table's memory (see :func:`infer_images`)."""
+    return infer_images(images).columns
+
+
+# -- the per-table memory ----------------------------------------------------------------------
+
+_MAX_RESOLVED = 16
+"""Per table: the resolutions of its most recent shapes that are kept (see TableTypes.resolved)."""
+
+
+class TableTypes:
+    """The inferred column types of one table: each column's join of every value seen so far."""
+
+    __slots__ = ("_memory", "_resets", "_resolved", "_resolved_weight", "types")
+
+    def __init__(self, memory: ColumnMemory | None) -> None:
+        self._memory = memory  # None: not (or no longer) in a memory, nothing counted
+        self.types: dict[str, Column] = {}
+        """Column name -> its type so far (decided columns only)."""
+        self._resolved: dict[object, Any] = {}  # token -> resolved result
+        self._resolved_weight = 0  # the columns of the kept resolutions
+        self._resets = 0
+
+    @property
+    def weight(self) -> int:
+        """What the memory counts for this table: its columns and those of its kept resolutions."""
+        return len(self.types) + self._resolved_weight
+
+    def apply(self, inferred: Inferred) -> tuple[Column, ...]:
+        """The change's columns as the table types them, the table's types widened by the change's."""
+        types = self.types
+        out = []
+        added = 0
+        changed = False
+        undecided = inferred.undecided
+        for col in inferred.columns:
+            name = col.name
+            known = types.get(name)
+            if name in undecided:
+                out.append(col if known is None else known)
+                continue
+            if known is None:
+                types[name] = col
+                added += 1
+                changed = True
+            elif known != col:
+                joined = widen(known, col)
+                if joined != known:
+                    types[name] = col = joined
+                    changed = True
+                else:
+                    col = known
+            out.append(col)
+        if changed:
+            self._forget_resolved()  # what was resolved against the old types is stale
+            self._count(added)
+        return tuple(out)
+
+    def resolved(self, token: object, inferred: Inferred, build: Callable[[tuple[Column, ...]], R]) -> R:
+        """``build(self.apply(inferred))``, kept per ``token`` (an object standing for ``inferred``,
+        compared by identity) until the table's types change. Applying the same columns again
+        changes nothing, so a kept result is what applying them again would give."""
+        hit = self._resolved.get(token)
+        if hit is not None:
+            return hit
+        resets = self._resets
+        value = build(self.apply(inferred))
+        if self._resets != resets:
+            return value  # the table started over meanwhile: the result is this change's only
+        if len(self._resolved) >= _MAX_RESOLVED:
+            self._forget_resolved()
+        self._resolved[token] = value
+        weight = len(inferred.columns) + 1
+        self._resolved_weight += weight
+        self._count(weight)
+        return value
+
+    def _forget_resolved(self) -> None:
+        self._resolved.clear()
+        self._count(-self._resolved_weight)
+        self._resolved_weight = 0
+
+    def _count(self, weight: int) -> None:
+        if weight and self._memory is not None:
+            self._memory._count(self, weight)
+
+    def _reset(self) -> None:
+        """Forget everything (the memory has uncounted it)."""
+        self.types.clear()
+        self._resolved.clear()
+        self._resolved_weight = 0
+        self._resets += 1
+
+
+class ColumnMemory:
+    """One decoder's :class:`TableTypes` per table, bounded by tables and by their total weight
+    (columns, and those of the resolutions each keeps): the least recently used table is dropped
+    first, and a table alone over the budget starts over."""
+
+    def __init__(self, max_tables: int = 4096, max_columns: int = 200_000) -> None:
+        self._tables: OrderedDict[Hashable, TableTypes] = OrderedDict()
+        self._max_tables = max_tables
+        self._max_columns = max_columns
+        self._weight = 0
+
+    def __len__(self) -> int:
+        return len(self._tables)
+
+    @property
+    def weight(self) -> int:
+        """The columns counted over all tables (see :attr:`TableTypes.weight`)."""
+        return self._weight
+
+    def table(self, ident: Hashable) -> TableTypes:
+        """The types of table ``ident`` (e.g. ``(db, schema, table)``), made the most recently used."""
+        tables = self._tables
+        entry = tables.get(ident)
+        if entry is not None:
+            tables.move_to_end(ident)
+            return entry
+        entry = tables[ident] = TableTypes(self)
+        while len(tables) > self._max_tables:
+            self._drop_oldest()
+        return entry
+
+    def _drop_oldest(self) -> None:
+        _, dropped = self._tables.popitem(last=False)
+        self._weight -= dropped.weight
+        dropped._memory = None  # no longer counted
+
+    def _count(self, entry: TableTypes, weight: int) -> None:
+        self._weight += weight
+        if weight < 0 or self._weight <= self._max_columns:
+            return
+        while self._weight > self._max_columns and len(self._tables) > 1:
+            if next(iter(self._tables.values())) is entry:
+                break
+            self._drop_oldest()
+        if self._weight > self._max_columns:  # this table alone: it starts over
+            self._weight -= entry.weight
+            entry._reset()
 
 
 def table_schema(
@@ -208,14 +426,51 @@ def _all_fit(plans: tuple[_ImagePlan | None, ...], images: tuple[Mapping[str, An
     return True
 
 
-class Shape:
-    """The inferred columns of one change, and how to type its images (:meth:`SchemalessShapes.infer`)."""
+class _Typing:
+    """Columns and the plans that type a cached shape's images by them (one per table)."""
 
-    __slots__ = ("_plans", "columns")
+    __slots__ = ("columns", "plans", "tables")
 
-    def __init__(self, columns: tuple[Column, ...], plans: tuple[_ImagePlan | None, ...] | None) -> None:
+    def __init__(self, columns: tuple[Column, ...], plans: tuple[_ImagePlan | None, ...]) -> None:
         self.columns = columns
-        self._plans = plans  # None: not cached, type the images cell by cell
+        self.plans = plans
+        self.tables: dict[tuple[str, ...], TableSchema] = {}  # key columns -> the table
+
+
+_MAX_TABLES_PER_TYPING = 8
+
+
+class _Cached:
+    """A cached shape: what its images infer, and plans that type them by those columns."""
+
+    __slots__ = ("inferred", "keys", "plans")
+
+    def __init__(self, inferred: Inferred, keys: tuple[ImageKey, ...], plans: tuple[_ImagePlan | None, ...]) -> None:
+        self.inferred = inferred
+        self.keys = keys
+        self.plans = plans
+
+    def typing(self, columns: tuple[Column, ...]) -> _Typing:
+        """A typing by ``columns`` (the inferred columns as a table's memory types them)."""
+        if columns == self.inferred.columns:
+            return _Typing(columns, self.plans)
+        return _Typing(columns, tuple(None if k is None else _ImagePlan(columns, k) for k in self.keys))
+
+
+class Shape:
+    """The columns of one change, and how to type its images (:meth:`SchemalessShapes.infer`).
+
+    ``columns`` are what the images infer on their own until :meth:`SchemalessShapes.table`
+    types them as the table's memory does; call it before :meth:`typed`.
+    """
+
+    __slots__ = ("_cached", "_plans", "columns", "inferred")
+
+    def __init__(self, inferred: Inferred, cached: _Cached | None) -> None:
+        self.inferred = inferred
+        self._cached = cached
+        self.columns = inferred.columns
+        self._plans = None if cached is None else cached.plans  # None: type the images cell by cell
 
     def typed(
         self,
@@ -235,44 +490,52 @@ class Shape:
 
 
 class SchemalessShapes:
-    """One decoder's cache of inferred shapes and their table schemas (bounded, least recently used)."""
+    """One decoder's cache of inferred shapes and its per-table memory of column types (both bounded,
+    least recently used first out).
+
+    Per change: ``shape = infer(after, before)``, ``table(shape, db, schema, name, key)`` (which
+    types the columns as the table's memory does, and widens the memory), then ``shape.typed``.
+    """
 
     def __init__(self, max_shapes: int = 4096, max_names: int = 200_000) -> None:
-        self._shapes: LruCache[tuple[ImageKey, ...], Shape] = LruCache(
+        self._shapes: LruCache[tuple[ImageKey, ...], _Cached] = LruCache(
             max_shapes, max_names, lambda key, _: sum(len(k[0]) for k in key if k is not None) + 1
         )
-        self._tables: LruCache[tuple[Any, ...], TableSchema] = LruCache(
-            max_shapes, max_names, lambda key, _: len(key[4]) + 1
-        )
+        self.memory = ColumnMemory(max_shapes, max_names)
 
     def infer(self, *images: Mapping[str, Any] | None) -> Shape:
-        """:func:`infer_columns` of the images, with a plan to type each."""
+        """:func:`infer_images` of the images, with a plan to type each."""
         key = tuple(map(_image_key, images))
-        shape = self._shapes.get(key)
-        if shape is not None:
-            assert shape._plans is not None
-            if _all_fit(shape._plans, images):
-                return shape
-            return Shape(infer_columns(images), None)
-        columns = infer_columns(images)
+        cached = self._shapes.get(key)
+        if cached is not None:
+            if _all_fit(cached.plans, images):
+                return Shape(cached.inferred, cached)
+            return Shape(infer_images(images), None)
+        inferred = infer_images(images)
         if not all(k is None or set(k[1]) <= _PLAIN_KINDS for k in key):
-            return Shape(columns, None)
-        plans = tuple(None if k is None else _ImagePlan(columns, k) for k in key)
+            return Shape(inferred, None)
+        plans = tuple(None if k is None else _ImagePlan(inferred.columns, k) for k in key)
         if not _all_fit(plans, images):
-            return Shape(columns, None)
-        shape = Shape(columns, plans)
-        self._shapes.put(key, shape)
-        return shape
+            return Shape(inferred, None)
+        cached = _Cached(inferred, key, plans)
+        self._shapes.put(key, cached)
+        return Shape(inferred, cached)
 
     def table(
         self, shape: Shape, db: str | None, schema: str | None, table: str, key: tuple[str, ...]
     ) -> TableSchema:
-        """:func:`table_schema` of a shape's columns (cached per cached shape and names)."""
-        if shape._plans is None:
+        """The table of a change: the shape's columns as the table's memory types them (the shape
+        then types its images by them), the memory widened by them first. Cached per shape and names."""
+        types = self.memory.table((db, schema, table))
+        cached = shape._cached
+        if cached is None:
+            shape.columns = types.apply(shape.inferred)
             return table_schema(db, schema, table, shape.columns, key)
-        slot = (shape, db, schema, table, key)
-        hit = self._tables.get(slot)
+        typing = types.resolved(cached, cached.inferred, cached.typing)
+        shape.columns, shape._plans = typing.columns, typing.plans
+        hit = typing.tables.get(key)  # a typing is of one table: only the key columns vary
         if hit is None:
-            hit = table_schema(db, schema, table, shape.columns, key)
-            self._tables.put(slot, hit)
+            if len(typing.tables) >= _MAX_TABLES_PER_TYPING:
+                typing.tables.clear()
+            hit = typing.tables[key] = table_schema(db, schema, table, typing.columns, key)
         return hit
