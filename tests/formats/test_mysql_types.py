@@ -396,3 +396,83 @@ def test_maxwell_bad_def_columns_are_decode_errors(definition: dict[str, Any]) -
 
     with pytest.raises(DecodeError):
         _maxwell_column(definition, {})
+
+
+def _maxwell_ddl(type_: str, columns: list[dict[str, Any]] | None, table: str = "t") -> bytes:
+    doc: dict[str, Any] = {"type": type_, "database": "db", "table": table, "ts": 1}
+    if columns is not None:
+        doc["def"] = {"database": "db", "table": table, "columns": columns, "primary-key": ["id"]}
+    return orjson.dumps(doc)
+
+
+def _maxwell_insert(data: dict[str, Any], table: str = "t") -> bytes:
+    return orjson.dumps({"database": "db", "table": table, "type": "insert", "ts": 1, "data": data})
+
+
+def test_maxwell_rows_type_a_def_bigint_unsigned_column_as_decimal_from_the_start() -> None:
+    """Debezium's precise mode types BIGINT UNSIGNED as Decimal(20,0) whatever the value; a Maxwell
+    row carries no types, but the table's def (from a DDL message) says which columns are."""
+    from transforms.metadata import InMemoryMetadataStore
+
+    store = InMemoryMetadataStore()
+    decoder = create_decoder("maxwell-json", metadata=store)
+    columns = [
+        {"type": "bigint", "name": "id", "signed": False},
+        {"type": "bigint", "name": "n", "signed": True},
+    ]
+    decoder.decode(Message(_maxwell_ddl("table-create", columns)))
+    for value in (1, 18446744073709551615):
+        (event,) = decoder.decode(Message(_maxwell_insert({"id": value, "n": 5})))
+        assert isinstance(event, ChangeEvent) and event.after is not None
+        assert _shape(event.table.column("id")) == DECIMAL_20_0
+        assert _shape(event.table.column("n")) == (ConnectType.INT64, None, ())
+        assert event.after["id"] == value and str(event.after["id"]) == str(value)
+
+    # a replica sharing the metadata store knows it too; another table does not
+    (event,) = create_decoder("maxwell-json", metadata=store).decode(
+        Message(_maxwell_insert({"id": 1, "n": 5}))
+    )
+    assert isinstance(event, ChangeEvent) and _shape(event.table.column("id")) == DECIMAL_20_0
+    (event,) = decoder.decode(Message(_maxwell_insert({"id": 1}, table="other")))
+    assert isinstance(event, ChangeEvent) and _shape(event.table.column("id")) == (
+        ConnectType.INT64,
+        None,
+        (),
+    )
+
+    # in long mode the column stays int64 (values above 2^63-1 wrap)
+    long = create_decoder("maxwell-json", {"bigint.unsigned.handling.mode": "long"}, metadata=store)
+    (event,) = long.decode(Message(_maxwell_insert({"id": 18446744073709551615, "n": 5})))
+    assert isinstance(event, ChangeEvent) and event.after is not None and event.after["id"] == -1
+    assert _shape(event.table.column("id")) == (ConnectType.INT64, None, ())
+
+    # an alter that makes it signed, then a drop, forget it
+    decoder.decode(Message(_maxwell_ddl("table-alter", [{"type": "bigint", "name": "id", "signed": True}])))
+    # (a fresh decoder: this one's inference remembers the 2^64-1 it saw in the column)
+    (event,) = create_decoder("maxwell-json", metadata=store).decode(Message(_maxwell_insert({"id": 1})))
+    assert isinstance(event, ChangeEvent) and _shape(event.table.column("id")) == (
+        ConnectType.INT64,
+        None,
+        (),
+    )
+    decoder.decode(Message(_maxwell_ddl("table-create", columns)))
+    decoder.decode(Message(_maxwell_ddl("table-drop", None)))
+    (event,) = create_decoder("maxwell-json", metadata=store).decode(Message(_maxwell_insert({"id": 1})))
+    assert isinstance(event, ChangeEvent) and _shape(event.table.column("id")) == (
+        ConnectType.INT64,
+        None,
+        (),
+    )
+
+
+def test_maxwell_def_bigint_unsigned_column_with_a_non_integer_value_is_inferred() -> None:
+    from transforms.metadata import InMemoryMetadataStore
+
+    decoder = create_decoder("maxwell-json", metadata=InMemoryMetadataStore())
+    decoder.decode(Message(_maxwell_ddl("table-create", [{"type": "bigint", "name": "id", "signed": False}])))
+    (event,) = decoder.decode(Message(_maxwell_insert({"id": "x"})))
+    assert isinstance(event, ChangeEvent) and _shape(event.table.column("id")) == (
+        ConnectType.STRING,
+        None,
+        (),
+    )

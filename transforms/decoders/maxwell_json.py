@@ -18,15 +18,22 @@ fraction digits of time types, ``"enum-values"``); they are mapped by
 ``bigint.unsigned.handling.mode``: ``precise`` (default) types a BIGINT UNSIGNED ``def`` column
 as Decimal(20,0); ``long`` types it int64 and also wraps a row value in 2^63..2^64-1 (only a
 BIGINT UNSIGNED value can be one) to its two's complement, as Debezium's long mode does, so it
-stays an int64 where precise mode infers an exact Decimal.
+stays an int64 where precise mode infers an exact Decimal. The BIGINT UNSIGNED columns a ``def``
+names are remembered per table (metadata store namespace ``maxwell-json.bigint-unsigned``, key
+``["db", "table"]`` as JSON; a ``table-drop`` forgets them), and in precise mode the rows of that
+table type them as Decimal(20,0) from the first value on, as Debezium does, instead of int64
+until a value passes 2^63-1.
 """
 
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Any
 
-from transforms.connect import Column, ConnectType, TableSchema
+import orjson
+
+from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import Decoder, Message, check_decimal_params, type_name
 from transforms.decoders.fields import (
     INT64_MAX,
@@ -43,7 +50,7 @@ from transforms.decoders.mysql_types import (
     mysql_column,
     wrap_unsigned_bigint,
 )
-from transforms.decoders.schemaless_json import SchemalessShapes
+from transforms.decoders.schemaless_json import SchemalessShapes, table_schema
 from transforms.envelope import (
     ChangeEvent,
     Event,
@@ -81,6 +88,9 @@ _MAX_TS_SECONDS = INT64_MAX // 1000
 
 # def types whose "column-length" is the type's argument (fraction digits; a BIT's length)
 _LENGTH_ARG_TYPES = frozenset({"datetime", "timestamp", "time", "bit"})
+_UNSIGNED_NAMESPACE = "maxwell-json.bigint-unsigned"
+_UNSIGNED_TYPE = "bigint unsigned"
+_MAX_TABLES = 4096
 
 
 class MaxwellJsonOptions(MySqlTypeOptions):
@@ -96,6 +106,39 @@ def _wrapped(image: dict[str, Any]) -> dict[str, Any]:
     return {k: wrap_unsigned_bigint(v) if type(v) is int else v for k, v in image.items()}
 
 
+def _table_key(db: str | None, table: str) -> str:
+    return orjson.dumps([db, table]).decode()
+
+
+def _integral(col: Column) -> bool:
+    """Whether an inferred column holds integers only: int64, or a scale-0 Decimal (beyond int64)."""
+    if col.logical is None:
+        return col.type is ConnectType.INT64
+    return col.logical == Logical.DECIMAL and col.scale == 0 and col.precision != 20
+
+
+def _as_unsigned_decimals(
+    schema: TableSchema, names: frozenset[str], *images: dict[str, Any] | None
+) -> TableSchema:
+    """``schema`` with the integer columns among ``names`` (a def's BIGINT UNSIGNED columns) as
+    Decimal(20,0), and their values in ``images`` (typed, changed in place) as decimals."""
+    changed = {c.name for c in schema.columns if c.name in names and _integral(c)}
+    if not changed:
+        return schema
+    columns = tuple(
+        Column.decimal(c.name, 20, 0, c.optional, source_type=_UNSIGNED_TYPE) if c.name in changed else c
+        for c in schema.columns
+    )
+    for image in images:
+        if image is None:
+            continue
+        for name in changed:
+            value = image.get(name)
+            if type(value) is int:
+                image[name] = Decimal(value)
+    return table_schema(schema.db, schema.schema, schema.table, columns, schema.key)
+
+
 class MaxwellJsonDecoder(Decoder):
     """Decodes Maxwell's daemon JSON row and DDL messages."""
 
@@ -107,6 +150,8 @@ class MaxwellJsonDecoder(Decoder):
         super().__init__(options, metadata)
         self._unsigned_mode = self.options_as(MaxwellJsonOptions).bigint_unsigned_handling_mode
         self._shapes = SchemalessShapes()
+        # (db, table) -> the BIGINT UNSIGNED columns of its last def (mirrors the metadata store)
+        self._unsigned_columns: dict[tuple[str | None, str], frozenset[str]] = {}
 
     def decode(self, message: Message) -> list[Event]:
         if message.value is None:
@@ -163,14 +208,44 @@ class MaxwellJsonDecoder(Decoder):
         ts = optional_int(self, doc, "ts", payload)
         if ts is not None and abs(ts) > _MAX_TS_SECONDS:
             raise self.error("ts", f"expected epoch seconds, found {ts}", payload)
+        typed_before = shape.typed(self, 1, before, "old" if op is Operation.UPDATE else "data", payload)
+        typed_after = shape.typed(self, 0, after, "data", payload)
+        if self._unsigned_mode is BigintUnsignedHandlingMode.PRECISE:
+            unsigned = self._bigint_unsigned(database, table)
+            if unsigned:
+                schema = _as_unsigned_decimals(schema, unsigned, typed_before, typed_after)
         return ChangeEvent(
             op=op,
             table=schema,
-            before=shape.typed(self, 1, before, "old" if op is Operation.UPDATE else "data", payload),
-            after=shape.typed(self, 0, after, "data", payload),
+            before=typed_before,
+            after=typed_after,
             source=self._source(doc, ts * 1000 if ts is not None else None, op is Operation.READ, payload),
             transaction=self._transaction(doc, payload),
         )
+
+    # -- BIGINT UNSIGNED columns known from DDL defs ----------------------------------
+
+    def _bigint_unsigned(self, db: str | None, table: str) -> frozenset[str]:
+        """The BIGINT UNSIGNED columns of the table's last def (empty when none is known)."""
+        slot = (db, table)
+        known = self._unsigned_columns.get(slot)
+        if known is None:
+            stored = self.metadata.get(_UNSIGNED_NAMESPACE, _table_key(db, table))
+            names = stored if isinstance(stored, list) else []
+            known = frozenset(n for n in names if isinstance(n, str))
+            self._remember_unsigned(slot, known)
+        return known
+
+    def _remember_unsigned(self, slot: tuple[str | None, str], names: frozenset[str]) -> None:
+        if len(self._unsigned_columns) >= _MAX_TABLES and slot not in self._unsigned_columns:
+            self._unsigned_columns.clear()
+        self._unsigned_columns[slot] = names
+
+    def _learn_unsigned(self, db: str | None, table: str, names: frozenset[str]) -> None:
+        """Store the BIGINT UNSIGNED columns of a table's new def (empty: the table was dropped)."""
+        if self._bigint_unsigned(db, table) != names:
+            self.metadata.put(_UNSIGNED_NAMESPACE, _table_key(db, table), sorted(names))
+            self._remember_unsigned((db, table), names)
 
     def _key_columns(
         self, doc: dict[str, Any], message: Message, data: dict[str, Any], payload: bytes
@@ -242,6 +317,11 @@ class MaxwellJsonDecoder(Decoder):
                 )
             if is_table:
                 new_table = self._table_def(definition, database, table, payload)
+        if new_table is not None and new_table.table:
+            unsigned = frozenset(c.name for c in new_table.columns if c.source_type == _UNSIGNED_TYPE)
+            self._learn_unsigned(new_table.db, new_table.table, unsigned)
+        elif change_type == "DROP" and is_table and table:
+            self._learn_unsigned(database, table, frozenset())
         ts_ms = optional_int(self, doc, "ts", payload)
         return SchemaChangeEvent(
             db=database,
