@@ -262,8 +262,16 @@ def test_values_beyond_their_type_are_coercion_errors(column: Column, raw: Any, 
         coerce_checked(column, raw)
 
 
-def test_int64_takes_bigint_unsigned_values() -> None:
-    assert coerce_checked(Column("n", ConnectType.INT64), 2**64 - 1) == 2**64 - 1
+def test_int64_holds_the_signed_range_only() -> None:
+    # a Connect int64 is a Java long: a BIGINT UNSIGNED above 2^63-1 needs a Decimal column
+    # (bigint.unsigned.handling.mode=precise) or the decoder's two's-complement wrap (long)
+    col = Column("n", ConnectType.INT64)
+    assert coerce_checked(col, 2**63 - 1) == 2**63 - 1
+    assert coerce_checked(col, -(2**63)) == -(2**63)
+    with pytest.raises(CoercionError, match="does not fit int64"):
+        coerce_checked(col, 2**63)
+    with pytest.raises(CoercionError, match="does not fit int64"):
+        coerce_checked(col, 2**64 - 1)
 
 
 def _canal(**doc: Any) -> Message:
