@@ -56,9 +56,8 @@ def is_tombstone(value: bytes) -> bool:
 
 def run(decoder: Any, case: Case, binary: bool) -> list[dict[str, Any]]:
     """Per input line: the projected records, or the error (class, field, whether detection failed)."""
-    pipeline = Pipeline(
-        decoder, EmitOptions(prefix="cdcnorm", decimal_mode=decoder.options.decimal_handling_mode)
-    )
+    prefix = case.options.get("__topic_prefix", "cdcnorm")
+    pipeline = Pipeline(decoder, EmitOptions(prefix=prefix, decimal_mode=decoder.options.decimal_handling_mode))
     out: list[dict[str, Any]] = []
     for number, key, value in iter_messages(case, binary):
         try:
