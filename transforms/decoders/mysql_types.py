@@ -38,7 +38,8 @@ GEOMETRY, POINT, LINESTRING, ...       struct ``io.debezium.data.geometry.Geomet
 Where this departs from Debezium, it is on purpose: ``REAL`` is ``double`` (MySQL's ``REAL`` is
 ``DOUBLE`` unless the ``REAL_AS_FLOAT`` SQL mode is set, and a double holds every float exactly,
 while Debezium's ``float`` would round a double), and ``POINT`` is a ``Geometry`` like the other
-spatial types (Debezium's legacy ``Point`` struct needs x/y, which the CDC formats do not give).
+spatial types (Debezium gives it its own ``io.debezium.data.geometry.Point`` struct with x/y
+beside the WKB; one struct for every spatial type carries the same WKB and SRID).
 A few non-MySQL spellings that Canal-JSON producers write (``int4``, ``bigserial``, ``jsonb``,
 ``timestamptz``, ``bpchar`` ...) map like their MySQL counterparts.
 
