@@ -12,7 +12,33 @@ and ``table-name`` name the table, ``timestamp`` is when DMS produced the record
 from the ``BeforeImageSettings`` attribute (``before-image`` by default) or from
 ``add-before-image-columns`` columns inside ``data`` (prefix ``BI_`` by default); either may hold
 only some columns (``pk-only``), so columns it lacks are ``UNAVAILABLE``. Without one, the
-update's before is null. Values are typed JSON values; Connect types are inferred from them.
+update's before is null.
+
+Table definitions: with ``IncludeControlDetails``, a control record carries
+``control.table-def`` (``{"columns": {name: {"type", "length", "precision", "scale",
+"nullable"}}, "primary-key": [...]}``). The decoder remembers the latest one per (schema, table)
+in a bounded in-process cache (the least recently used tables go first; a decoder serves one
+source topic) and types that table's data records with it:
+
+* the key is the ``primary-key`` columns, so changes get a Kafka key and deletes a tombstone
+  (the topic's ``key_columns`` config, applied after decoding, wins over it);
+* each column gets the Connect type of its DMS type (:func:`dms_column`) and its values are
+  coerced to it, before-images included; binary values are hex digits, ``0x``-prefixed unless
+  the endpoint sets ``NoHexPrefix``;
+* the row schema lists the definition's columns, then the columns the data has and the
+  definition lacks, typed by inference as without a definition;
+* a definition column that an insert or load lacks is NULL (a key column is absent): such a
+  record holds the whole row, and DMS leaves NULL columns out unless the endpoint sets
+  ``IncludeNullAndEmpty``. One that an update or delete image lacks is ``UNAVAILABLE``, as that
+  image may be partial (a source that logs only changed or key columns); set
+  ``IncludeNullAndEmpty`` to tell NULLs apart there;
+* row columns are optional whatever ``nullable`` says, as an image may lack a NOT NULL column
+  (pk-only before-images, an out-of-date definition); the schema-change record keeps it.
+
+A later control record of the table replaces the definition with its own ``table-def``; one
+without a ``table-def`` forgets it (``drop-table``, renames, type changes, ...), except
+``add-column``, after which the remembered columns still hold (the new one is inferred). Data of
+a table without a definition is typed by inference from its JSON values.
 """
 
 from __future__ import annotations
@@ -23,6 +49,7 @@ from pydantic import Field
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import Decoder, Message, check_decimal_params, type_name
+from transforms.decoders.cache import LruCache
 from transforms.decoders.fields import (
     check_timestamp,
     optional_int,
@@ -31,8 +58,9 @@ from transforms.decoders.fields import (
     required_str,
     string_list,
 )
-from transforms.decoders.qlik_model import REPLICATE_TYPES
-from transforms.decoders.schemaless_json import SchemalessShapes
+from transforms.decoders.qlik_model import REPLICATE_TYPES, hex_bytes
+from transforms.decoders.rowplan import RowPlans
+from transforms.decoders.schemaless_json import SchemalessShapes, infer_columns, table_schema
 from transforms.envelope import (
     ChangeEvent,
     Event,
@@ -44,8 +72,9 @@ from transforms.envelope import (
 )
 from transforms.metadata import MetadataStore
 from transforms.options import FormatOptions
+from transforms.values import UNAVAILABLE
 
-__all__ = ["AwsDmsJsonDecoder", "AwsDmsJsonOptions"]
+__all__ = ["AwsDmsJsonDecoder", "AwsDmsJsonOptions", "dms_column"]
 
 _DATA_OPS = {
     "load": Operation.READ,
@@ -73,14 +102,23 @@ _FIELDS = (
     ("commit-timestamp", "commit_timestamp"),
     ("timestamp", "timestamp"),
 )
-# DMS data types (as in table-def) → Connect columns: Replicate's types plus DMS's own spellings
+# DMS data types (as in table-def) → Connect columns: Replicate's types plus DMS's own spellings;
+# decimals, UINT8 and date-times are mapped apart (dms_column)
 _DMS_TYPES: dict[str, tuple[ConnectType, str | None]] = {
     **REPLICATE_TYPES,
     "INT16": (ConnectType.INT16, None),
     "INT32": (ConnectType.INT32, None),
     "INT64": (ConnectType.INT64, None),
-    "DATETIME": (ConnectType.INT64, Logical.MICRO_TIMESTAMP),
+    "BYTE": (ConnectType.BYTES, None),  # BYTES as the DMS data types reference spells it
 }
+_DECIMAL_TYPES = frozenset({"NUMERIC", "DECIMAL"})
+_DATETIME_TYPES = frozenset({"DATETIME", "TIMESTAMP"})
+_UINT8_PRECISION = 20  # digits of 2^64-1
+# control operations after which a remembered definition without a new table-def still holds
+_KEEPS_DEFINITION = frozenset({"add-column"})
+# bounds of the table-definition cache: tables, and columns over all of them
+_MAX_DEFINITIONS = 4096
+_MAX_DEFINITION_COLUMNS = 200_000
 
 
 class AwsDmsJsonOptions(FormatOptions):
@@ -103,7 +141,8 @@ class AwsDmsJsonDecoder(Decoder):
 
     format_id = "aws-dms-json"
     description = (
-        "AWS DMS JSON for Kafka/Kinesis (data + metadata, BI_ before-image columns, control records)"
+        "AWS DMS JSON for Kafka/Kinesis (data + metadata, BI_ before-image columns, control records; "
+        "a control record's table-def types and keys the table's later data)"
     )
     options_model = AwsDmsJsonOptions
 
@@ -111,6 +150,14 @@ class AwsDmsJsonDecoder(Decoder):
         super().__init__(options, metadata)
         self._opts = self.options_as(AwsDmsJsonOptions)
         self._shapes = SchemalessShapes()
+        # (schema, table) -> the latest table-def of the table, its columns optional; a forgotten
+        # definition is stored as None (LruCache has no removal), which reads as no definition
+        self._definitions: LruCache[tuple[str | None, str], TableSchema | None] = LruCache(
+            _MAX_DEFINITIONS,
+            _MAX_DEFINITION_COLUMNS,
+            lambda _, table: 1 + (len(table.columns) if table else 0),
+        )
+        self._plans = RowPlans()
 
     def decode(self, message: Message) -> list[Event]:
         if message.value is None:
@@ -168,16 +215,38 @@ class AwsDmsJsonDecoder(Decoder):
         elif op is Operation.DELETE:
             before, after = row, None
 
-        shape = self._shapes.infer(after, before)
+        definition = self._definitions.get((schema, table)) if len(self._definitions) else None
+        if definition is None:
+            shape = self._shapes.infer(after, before)
+            table_schema_ = self._shapes.table(shape, None, schema, table, ())
+            typed_before = shape.typed(self, 1, before, "data", payload)
+            typed_after = shape.typed(self, 0, after, "data", payload)
+        else:
+            table_schema_ = _with_extra_columns(definition, after, before)
+            if after is not None and (op is Operation.CREATE or op is Operation.READ):
+                after = _with_nulls(definition, after)
+            plan = self._plans.plan(table_schema_)
+            typed_before = None if before is None else plan.typed(before, "data", payload, self._value)
+            typed_after = None if after is None else plan.typed(after, "data", payload, self._value)
         return ChangeEvent(
             op=op,
-            table=self._shapes.table(shape, None, schema, table, ()),
-            before=shape.typed(self, 1, before, "data", payload),
-            after=shape.typed(self, 0, after, "data", payload),
+            table=table_schema_,
+            before=typed_before,
+            after=typed_after,
             source=self._source(metadata, payload, snapshot=op is Operation.READ),
             transaction=self._transaction(metadata, payload),
             ts_ms=check_timestamp(self, metadata.get("timestamp"), "metadata.timestamp", payload),
         )
+
+    def _value(self, col: Column, raw: Any, field: str, payload: bytes | str | None) -> Any:
+        """A value typed by a column of a table definition: binary values are hex digits, with
+        DMS's ``0x`` prefix unless ``NoHexPrefix`` is set; the rest as :meth:`coerce`."""
+        if col.type is ConnectType.BYTES and col.logical is None and type(raw) is str and raw != UNAVAILABLE:
+            try:
+                return hex_bytes(raw[2:] if raw[:2] in ("0x", "0X") else raw)
+            except ValueError as exc:
+                raise self.error(field, str(exc), payload) from exc
+        return self.coerce(col, raw, field, payload)
 
     def _source(
         self, metadata: dict[str, Any], payload: bytes, *, snapshot: bool = False, control: bool = False
@@ -223,6 +292,8 @@ class AwsDmsJsonDecoder(Decoder):
             definition = control.get("table-def")
             if definition is not None:
                 new_table = self._table_def(definition, schema, table or "", payload)
+        if table is not None:
+            self._remember(schema, table, metadata["operation"], new_table)
         return SchemaChangeEvent(
             db=None,
             schema=schema,
@@ -233,6 +304,18 @@ class AwsDmsJsonDecoder(Decoder):
             new_table=new_table,
             ts_ms=check_timestamp(self, metadata.get("timestamp"), "metadata.timestamp", payload),
         )
+
+    def _remember(
+        self, schema: str | None, table: str, operation: str, new_table: TableSchema | None
+    ) -> None:
+        """Keep a control record's table definition for the table's data records, or forget the
+        one remembered when the record changes the table without giving a new one."""
+        slot = (schema, table)
+        if new_table is not None and operation != "drop-table":
+            columns = tuple(c.as_optional() for c in new_table.columns)
+            self._definitions.put(slot, table_schema(None, schema, table, columns, new_table.key))
+        elif operation not in _KEEPS_DEFINITION and self._definitions.get(slot) is not None:
+            self._definitions.put(slot, None)
 
     def _table_def(self, definition: Any, schema: str | None, table: str, payload: bytes) -> TableSchema:
         """``control.table-def``: ``{"columns": {name: {"type", "precision", "scale", "nullable"}}, ...}``."""
@@ -248,21 +331,79 @@ class AwsDmsJsonDecoder(Decoder):
         columns: list[Column] = []
         for name, spec in raw_columns.items():
             where = f"control.table-def.columns.{name}."
+            if not name:
+                raise self.error(
+                    "control.table-def.columns", "expected a column name, found an empty one", payload
+                )
             if not isinstance(spec, dict):
                 raise self.error(where[:-1], f"expected a column object, found {type_name(spec)}", payload)
             kind = required_str(self, spec, "type", payload, where=where).upper()
-            optional = spec.get("nullable", True) is not False
-            if kind == "NUMERIC":
+            precision = scale = None
+            if kind in _DECIMAL_TYPES or kind in _DATETIME_TYPES:  # the types whose column reads them
                 precision = optional_int(self, spec, "precision", payload, where=where)
                 scale = optional_int(self, spec, "scale", payload, where=where)
+            if kind in _DECIMAL_TYPES:
                 try:
                     check_decimal_params(precision, scale)
                 except ValueError as exc:
                     raise self.error(where[:-1], str(exc), payload) from exc
-                columns.append(Column.decimal(name, precision, scale, optional, source_type=kind))
-                continue
-            ctype, logical = _DMS_TYPES.get(kind, (ConnectType.STRING, None))
-            columns.append(Column(name, ctype, optional, logical, source_type=kind))
+            optional = spec.get("nullable", True) is not False
+            columns.append(dms_column(name, kind, precision, scale, optional))
         key = string_list(self, definition, "primary-key", payload, where="control.table-def.") or ()
         return TableSchema(None, schema, table, tuple(columns), key)
+
+
+def dms_column(
+    name: str, kind: str, precision: int | None, scale: int | None, optional: bool = True
+) -> Column:
+    """The Connect column of a table-def column of DMS type ``kind`` (unknown types are strings).
+
+    ``NUMERIC``/``DECIMAL`` is a Decimal of the declared scale (a VariableScaleDecimal when the
+    scale is not given or the precision is 0, Replicate's "unknown"); ``UINT8`` is a Decimal of
+    scale 0, as its values above 2^63-1 do not fit int64; ``DATETIME``/``TIMESTAMP`` is a Debezium
+    Timestamp for up to 3 fractional digits (``scale``, else a non-zero ``precision``) and a
+    MicroTimestamp otherwise; other types as :data:`~transforms.decoders.qlik_model.REPLICATE_TYPES`.
+
+    >>> dms_column("n", "UINT8", None, None).params
+    (('connect.decimal.precision', '20'), ('scale', '0'))
+    >>> dms_column("t", "DATETIME", 0, 3).logical
+    'io.debezium.time.Timestamp'
+    """
+    kind = kind.upper()
+    if kind in _DECIMAL_TYPES:
+        if precision == 0:
+            precision = scale = None
+        return Column.decimal(name, precision, scale, optional, source_type=kind)
+    if kind == "UINT8":
+        return Column.decimal(name, _UINT8_PRECISION, 0, optional, source_type=kind)
+    if kind in _DATETIME_TYPES:
+        digits = scale if scale is not None else precision or None
+        logical = Logical.TIMESTAMP if digits is not None and digits <= 3 else Logical.MICRO_TIMESTAMP
+        return Column(name, ConnectType.INT64, optional, logical, source_type=kind)
+    ctype, logical_name = _DMS_TYPES.get(kind, (ConnectType.STRING, None))
+    return Column(name, ctype, optional, logical_name, source_type=kind)
+
+
+def _with_nulls(definition: TableSchema, row: dict[str, Any]) -> dict[str, Any]:
+    """An insert's or load's row with the definition columns it lacks as NULL (see the module doc),
+    but for key columns: a primary key is never NULL, so one the row lacks stays absent."""
+    key = definition.key
+    missing = [name for name in definition.names if name not in row and name not in key]
+    return {**row, **dict.fromkeys(missing, None)} if missing else row
+
+
+def _with_extra_columns(
+    definition: TableSchema, after: dict[str, Any] | None, before: dict[str, Any] | None
+) -> TableSchema:
+    """The definition's table plus the columns of the images it lacks, typed by inference."""
+    has = definition.has
+    extra = [
+        {k: v for k, v in image.items() if not has(k)}
+        for image in (after, before)
+        if image is not None and not all(map(has, image))
+    ]
+    if not extra:
+        return definition
+    columns = definition.columns + infer_columns(extra)
+    return table_schema(definition.db, definition.schema, definition.table, columns, definition.key)
 
