@@ -17,10 +17,12 @@ from typing import Any
 import orjson
 
 from sink.types import SinkColumn, columns_from_schema
+from transforms.decoders import DECODERS
+from transforms.decoders.connect_json import position_sequence
 from transforms.envelope import AFTER, BEFORE, UNAVAILABLE_AFTER, UNAVAILABLE_BEFORE
 from transforms.values import UNAVAILABLE, UNAVAILABLE_BYTES
 
-__all__ = ["ChangeParseError", "SinkChange", "TableBatch", "compact", "ordering", "parse_record"]
+__all__ = ["ChangeParseError", "SinkChange", "TableBatch", "compact", "ordering", "parse_record", "source_sequence"]
 
 
 class ChangeParseError(ValueError):
@@ -59,6 +61,27 @@ def ordering(sequence: str | None, partition: int, offset: int) -> str:
     if sequence:
         return "s" + sequence
     return f"k{partition:04d}:{offset:020d}"
+
+
+_FORMAT_IDS = frozenset(DECODERS)  # the registry only: no decoder module is imported
+
+
+def source_sequence(source: dict[str, Any]) -> str | None:
+    """The string that sorts a change in source order: ``source.sequence`` of a cdcnorm record;
+    for a Debezium connector's own record (its ``connector`` is not a cdcnorm format id, as on a
+    re-emitted Debezium topic or a raw one), worked out from its position fields (binlog
+    file/pos/row, LSN, SCN, ...), since Debezium's own ``sequence`` does not sort as text.
+
+    >>> source_sequence({"connector": "canal-json", "sequence": "0042"})
+    '0042'
+    >>> source_sequence({"connector": "postgresql", "lsn": 34078720, "sequence": '["1","2"]'})
+    '00000000000034078720'
+    """
+    if source.get("connector") in _FORMAT_IDS:
+        sequence = source.get("sequence")
+        return sequence if isinstance(sequence, str) else None
+    ts_ms = source.get("ts_ms")
+    return position_sequence(source, ts_ms if isinstance(ts_ms, int) else None)
 
 
 def _row_schema(value_schema: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -142,7 +165,7 @@ def parse_record(
         op=op,
         key=key_tuple,
         row=row,
-        seq=ordering(source.get("sequence"), partition, offset),
+        seq=ordering(source_sequence(source), partition, offset),
         ts_ms=source.get("ts_ms") if source.get("ts_ms") is not None else payload.get("ts_ms"),
         columns=columns,
         key_columns=key_cols,

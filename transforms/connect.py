@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+import orjson
+
 __all__ = [
     "Column",
     "ConnectType",
@@ -78,6 +80,9 @@ class DecimalHandlingMode(StrEnum):
     STRING = "string"
 
 
+_VARIABLE_SCALE_DOC = (("doc", '"Variable scaled decimal"'),)  # as Debezium's VariableScaleDecimal
+
+
 @dataclass(frozen=True, slots=True)
 class Column:
     """One field of a row: name, Connect type, optionality and logical type.
@@ -86,6 +91,8 @@ class Column:
     (e.g. ``scale`` and ``connect.decimal.precision`` of a decimal).
     ``fields`` holds the members of a struct column, ``items`` the element of an array.
     ``source_type`` is the column type as the source database spells it, when known.
+    ``meta`` keeps a received Connect schema's ``doc`` as ``(key, JSON text)`` pairs, so a
+    Debezium column schema is written back as it came.
 
     >>> Column.decimal("price", 10, 2).params
     (('connect.decimal.precision', '10'), ('scale', '2'))
@@ -99,6 +106,7 @@ class Column:
     fields: tuple[Column, ...] = ()
     items: Column | None = None
     source_type: str | None = None
+    meta: tuple[tuple[str, str], ...] = ()
 
     @staticmethod
     def decimal(
@@ -117,6 +125,7 @@ class Column:
                 Logical.VARIABLE_SCALE_DECIMAL,
                 fields=(Column("scale", ConnectType.INT32, False), Column("value", ConnectType.BYTES, False)),
                 source_type=source_type,
+                meta=_VARIABLE_SCALE_DOC,
             )
         params: list[tuple[str, str]] = [("scale", str(scale))]
         if precision is not None:
@@ -161,6 +170,8 @@ class TableSchema:
 
     ``db`` is the top-level namespace used in topic names; ``schema`` is the
     second-level namespace where the source has one (Postgres/Oracle/SQL Server).
+    ``topic_namespace`` overrides the namespace of topic and schema names where the source
+    names them otherwise (Debezium's PostgreSQL connector: ``<prefix>.<schema>.<table>``).
     """
 
     db: str | None
@@ -168,6 +179,7 @@ class TableSchema:
     table: str
     columns: tuple[Column, ...] = ()
     key: tuple[str, ...] = ()
+    topic_namespace: str | None = None
     _index: dict[str, int] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -177,8 +189,9 @@ class TableSchema:
 
     @property
     def namespace(self) -> str:
-        """The name used in topic and schema names: ``db``, else ``schema``, else ``default``."""
-        return self.db or self.schema or "default"
+        """The name used in topic and schema names: ``topic_namespace``, else ``db``, else
+        ``schema``, else ``default``."""
+        return self.topic_namespace or self.db or self.schema or "default"
 
     @property
     def qualified_name(self) -> str:
@@ -206,12 +219,15 @@ class TableSchema:
     def with_columns(self, columns: tuple[Column, ...] | list[Column]) -> TableSchema:
         cols = tuple(columns)
         names = {c.name for c in cols}
-        return TableSchema(self.db, self.schema, self.table, cols, tuple(k for k in self.key if k in names))
+        return TableSchema(
+            self.db, self.schema, self.table, cols, tuple(k for k in self.key if k in names), self.topic_namespace
+        )
 
     def with_key(self, key: tuple[str, ...] | list[str]) -> TableSchema:
-        return TableSchema(self.db, self.schema, self.table, self.columns, tuple(key))
+        return TableSchema(self.db, self.schema, self.table, self.columns, tuple(key), self.topic_namespace)
 
     def with_name(self, db: str | None, schema: str | None, table: str) -> TableSchema:
+        """The same columns under other names (``topic_namespace`` is dropped: the names are new)."""
         return TableSchema(db, schema, table, self.columns, self.key)
 
 
@@ -232,6 +248,8 @@ def column_schema(col: Column, decimal_mode: DecimalHandlingMode, with_field: bo
             out["fields"] = [column_schema(f, decimal_mode) for f in col.fields]
         elif col.type is ConnectType.ARRAY and col.items is not None:
             out["items"] = column_schema(col.items, decimal_mode, with_field=False)
+        for key, text in col.meta:
+            out[key] = orjson.loads(text)
     if with_field:
         out["field"] = col.name
     return out

@@ -49,6 +49,8 @@ __all__ = [
     "ChangeEvent",
     "EmitOptions",
     "Event",
+    "NativeLayout",
+    "NativeSource",
     "Operation",
     "OutRecord",
     "RequiredColumnError",
@@ -134,6 +136,32 @@ class TransactionRef:
     data_collection_order: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class NativeLayout:
+    """How a Debezium connector laid out its envelope, so that its records leave as they came.
+
+    ``version`` is the envelope schema's version (Debezium 2 and later write 2; ``None``: none),
+    ``source_schema`` and ``transaction_schema`` the ``source`` and ``transaction`` field schemas
+    as received (``None`` when the input had no schemas), ``extra_fields`` the schemas of envelope fields cdcnorm does not model
+    (``ts_us``, ``ts_ns``), and ``order`` the envelope's field names in the connector's order.
+    """
+
+    version: int | None
+    source_schema: dict[str, Any] | None
+    extra_fields: tuple[dict[str, Any], ...]
+    order: tuple[str, ...]
+    transaction_schema: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class NativeSource:
+    """A Debezium record's own ``source`` block and extra envelope fields, re-emitted unchanged."""
+
+    layout: NativeLayout
+    source: dict[str, Any]
+    extras: dict[str, Any]
+
+
 @dataclass(slots=True)
 class SourceInfo:
     """The ``source`` block, minus the table names (those come from :class:`TableSchema`).
@@ -141,6 +169,9 @@ class SourceInfo:
     ``fields`` carries the format's own position/transaction fields under stable names
     (``file``, ``pos``, ``gtid``, ``scn``, ``rowid``, ``change_seq``, ``cursor`` ...).
     ``sequence`` is a string that sorts in source order, when the format has one.
+    ``native`` is set for Debezium input: the record keeps the connector's own ``source`` block
+    (``connector``, ``version``, ``sequence`` and all) instead of cdcnorm's, and the sink works
+    out its order from the connector's position fields (:func:`native_position`).
     """
 
     connector: str
@@ -148,6 +179,7 @@ class SourceInfo:
     snapshot: SnapshotMarker = SnapshotMarker.FALSE
     sequence: str | None = None
     fields: Mapping[str, Any] = field(default_factory=dict)
+    native: NativeSource | None = None
 
 
 @dataclass(slots=True)
@@ -370,6 +402,25 @@ def _source_schema(connector: str, extras: tuple[tuple[str, ConnectType], ...]) 
     return schema
 
 
+_native_source_schemas: dict[tuple[tuple[str, ConnectType], ...], dict[str, Any]] = {}
+
+
+def _native_source_schema(source: Mapping[str, Any]) -> dict[str, Any]:
+    """A schema for a Debezium source block that arrived without one (``schemas.enable=false``),
+    typed from its values, named as Debezium names it (``io.debezium.connector.<connector>.Source``)."""
+    shape = tuple((name, source_field_type(value)) for name, value in source.items())
+    schema = _native_source_schemas.get(shape)
+    if schema is None:
+        connector = source.get("connector")
+        name = f"io.debezium.connector.{connector if isinstance(connector, str) else 'unknown'}.Source"
+        cols = tuple(Column(n, t, True) for n, t in shape)
+        schema = struct_schema(cols, name, False, DecimalHandlingMode.PRECISE, SOURCE)
+        if len(_native_source_schemas) > 10_000:
+            _native_source_schemas.clear()
+        _native_source_schemas[shape] = schema
+    return schema
+
+
 def _string_array(name: str) -> dict[str, Any]:
     return {"type": "array", "items": {"type": "string", "optional": False}, "optional": True, "field": name}
 
@@ -403,9 +454,12 @@ def source_field_value(value: Any) -> Any:
     return str(value)
 
 
-def _topic_base(opts: EmitOptions, db: str | None, schema: str | None, table: str | None) -> str:
+def _topic_base(opts: EmitOptions, table: TableSchema) -> str:
     return opts.topic_template.format(
-        prefix=opts.prefix, db=db or schema or "default", schema=schema or db or "default", table=table or "_"
+        prefix=opts.prefix,
+        db=table.namespace,
+        schema=table.schema or table.db or "default",
+        table=table.table or "_",
     )
 
 
@@ -433,6 +487,7 @@ class _TableCodec:
         "key_encoders",
         "key_schema",
         "last_source",
+        "native_envelopes",
         "required",
         "row_schema",
         "table_name",
@@ -444,7 +499,7 @@ class _TableCodec:
         if not all(c.name for c in table.columns):  # Connect refuses a struct field without a name
             raise DecodeError("emit", None, f"table {table.qualified_name} has a column without a name")
         self.table_name = table.qualified_name
-        self.topic = _topic_base(opts, table.db, table.schema, table.table)
+        self.topic = _topic_base(opts, table)
         base = f"{opts.prefix}.{table.namespace}.{table.table}"
         self.envelope_name = f"{base}.Envelope"
         self.row_schema = _encoded(struct_schema(table.columns, f"{base}.Value", True, mode))
@@ -468,6 +523,8 @@ class _TableCodec:
         self.last_source: tuple[SourceInfo, dict[str, Any], dict[str, Any] | None] | None = None
         # id(source schema) -> (source schema, envelope schema); the entry keeps the id valid
         self.envelopes: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+        # (id(layout), id(source schema)) -> (layout, source schema, envelope schema) of Debezium input
+        self.native_envelopes: dict[tuple[int, int], tuple[NativeLayout, dict[str, Any], dict[str, Any]]] = {}
 
     def envelope_schema(self, source_schema: dict[str, Any]) -> dict[str, Any]:
         """The value schema of this table's envelopes with ``source_schema`` (shared, cached)."""
@@ -490,6 +547,31 @@ class _TableCodec:
         }
         if len(self.envelopes) < 256:
             self.envelopes[id(source_schema)] = (source_schema, _encoded(schema))
+        return schema
+
+    def native_envelope_schema(self, layout: NativeLayout, source_schema: dict[str, Any]) -> dict[str, Any]:
+        """The envelope schema of a Debezium record re-emitted as it came: the connector's field
+        order, extra fields and version around this table's row schema (shared, cached)."""
+        hit = self.native_envelopes.get((id(layout), id(source_schema)))
+        if hit is not None and hit[0] is layout and hit[1] is source_schema:
+            return hit[2]
+        ours = {
+            BEFORE: {**self.row_schema, "field": BEFORE},
+            AFTER: {**self.row_schema, "field": AFTER},
+            SOURCE: {**source_schema, "field": SOURCE},
+            OP: {"type": "string", "optional": False, "field": OP},
+            TS_MS: {"type": "int64", "optional": True, "field": TS_MS},
+            TRANSACTION: layout.transaction_schema or _TRANSACTION_SCHEMA,
+        }
+        for extra in layout.extra_fields:
+            ours[extra["field"]] = extra
+        fields = [ours.pop(name) for name in layout.order if name in ours]
+        fields.extend(ours.values())
+        schema = {"type": "struct", "fields": fields, "optional": False, "name": self.envelope_name}
+        if layout.version is not None:
+            schema["version"] = layout.version
+        if len(self.native_envelopes) < 256:
+            self.native_envelopes[(id(layout), id(source_schema))] = (layout, source_schema, _encoded(schema))
         return schema
 
     def encode_image(self, row: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[str] | None]:
@@ -645,8 +727,12 @@ def _envelope_value(
     opts: EmitOptions,
 ) -> dict[str, Any]:
     info = event.source
+    native = info.native
     last = codec.last_source
-    if last is not None and last[0] is info:  # the rows of one message share their source block
+    if native is not None:
+        source = native.source
+        source_schema = (native.layout.source_schema or _native_source_schema(source)) if opts.schemas else None
+    elif last is not None and last[0] is info:  # the rows of one message share their source block
         source, source_schema = last[1], last[2]
     else:
         table = event.table
@@ -673,6 +759,11 @@ def _envelope_value(
             "data_collection_order": tx.data_collection_order if tx.data_collection_order is not None else 1,
         },
     }
+    if native is not None:
+        payload.update(native.extras)
+        if source_schema is None:
+            return payload
+        return {"schema": codec.native_envelope_schema(native.layout, source_schema), "payload": payload}
     if source_schema is None:
         return payload
     return {"schema": codec.envelope_schema(source_schema), "payload": payload}
@@ -995,7 +1086,7 @@ def destination_topic(event: Event, opts: EmitOptions) -> str:
         return event.topic
     if isinstance(event, ChangeEvent | RowEvent):
         table = event.table
-        return _topic_base(opts, table.db, table.schema, table.table)
+        return _topic_base(opts, table)
     if isinstance(event, SchemaChangeEvent):
         return opts.prefix
     return opts.transaction_topic or f"{opts.prefix}.transaction"

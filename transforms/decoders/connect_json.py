@@ -46,7 +46,16 @@ from transforms.decoders.cache import LruCache, TableCache
 from transforms.decoders.fields import INT64_MAX, INT64_MIN, parse_int
 from transforms.decoders.rowplan import FastConverter, NotFast, RowPlan, fast_converter
 from transforms.decoders.schemaless_json import ColumnMemory, Inferred, infer_images
-from transforms.envelope import ChangeEvent, Event, Operation, SnapshotMarker, SourceInfo, TransactionRef
+from transforms.envelope import (
+    ChangeEvent,
+    Event,
+    NativeLayout,
+    NativeSource,
+    Operation,
+    SnapshotMarker,
+    SourceInfo,
+    TransactionRef,
+)
 from transforms.jsonio import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, JsonLimitError, loads_limited
 from transforms.values import UNAVAILABLE, CoercionError, decimal_from_unscaled, infer_column
 
@@ -145,18 +154,25 @@ def column_from_schema(schema: Any, name: str, where: str = "schema") -> Column:
         raise FieldError(where, f"expected an object of parameters, found {type_name(raw_params)}")
     params = tuple(sorted((str(k), str(v)) for k, v in raw_params.items()))
     _check_decimal_params(raw_params, where)
+    meta = tuple((k, orjson.dumps(schema[k]).decode()) for k in _KEPT_SCHEMA_KEYS if k in schema)
     if ctype is ConnectType.MAP:
         return Column(name, ConnectType.STRING, optional, Logical.JSON)
     if ctype is ConnectType.STRUCT:
         fields = columns_from_struct(schema, where)
-        return Column(name, ctype, optional, logical, params, fields=fields)
+        return Column(name, ctype, optional, logical, params, fields=fields, meta=meta)
     if ctype is ConnectType.ARRAY:
         items = schema.get("items")
         item = column_from_schema(items, "", f"{where}.items") if items is not None else None
-        return Column(name, ctype, optional, logical, params, items=item)
+        return Column(name, ctype, optional, logical, params, items=item, meta=meta)
     if logical == Logical.DECIMAL and "scale" not in raw_params:
         raise FieldError(where, "a Decimal schema needs a 'scale' parameter")
-    return Column(name, ctype, optional, logical, params)
+    return Column(name, ctype, optional, logical, params, meta=meta)
+
+
+_KEPT_SCHEMA_KEYS = ("doc",)
+"""Connect schema keys a column keeps as they came (see ``Column.meta``). Not ``default``: a
+consumer's JsonConverter (``replace.null.with.default``, on by default) would read a null cell of
+such a column as the default, which is not what the change said."""
 
 
 def _check_decimal_params(raw_params: Mapping[str, Any], where: str) -> None:
@@ -302,6 +318,9 @@ def decode_value(col: Column, raw: Any) -> Any:
         return [decode_value(items, v) for v in raw]
     if col.type is ConnectType.BYTES and isinstance(raw, str):
         return _b64(raw)
+    if col.logical == Logical.ZONED_TIMESTAMP and type(raw) is str:
+        coerce_checked(col, raw)  # a valid timestamp, kept as the connector wrote it (a Connect string)
+        return raw
     return coerce_checked(col, raw)
 
 
@@ -819,9 +838,46 @@ class _EnvelopeSchema:
     """The row columns declared by the ``after`` (else ``before``) struct; None: inferred per message."""
     source: Mapping[str, tuple[Column, FastConverter]]
     """The declared source fields that are coerced (not structs): column and fast converter."""
+    native: NativeLayout | None = None
+    """The connector's own envelope layout (readers of Debezium input only)."""
+    base_name: str | None = None
+    """The envelope schema's name without ``.Envelope`` (``<prefix>.<namespace>.<table>``)."""
 
 
 _SCHEMALESS = _EnvelopeSchema(None, {})
+
+# the envelope fields cdcnorm models; a Debezium envelope's others (ts_us, ts_ns) pass through
+_MODELED_FIELDS = frozenset({"before", "after", "source", "op", "ts_ms", "transaction"})
+_JSON_TYPE_NAMES = {"float32": "float", "float64": "double"}
+# a source block written by a Debezium connector has these (a Debezium-like producer's may not:
+# Flink CDC's has only db and table); only such a block is kept as it came
+_NATIVE_SOURCE_FIELDS = frozenset({"version", "connector", "name", "ts_ms"})
+# connectors whose topics are named <prefix>.<schema>.<table> (the others: <prefix>.<db>.<table>)
+_SCHEMA_NAMED = frozenset({"postgresql", "oracle", "db2", "informix", "yugabytedb"})
+
+
+def connect_json_schema(schema: Any) -> Any:
+    """A Connect JSON schema with Java's ``float32``/``float64`` type names written as
+    ``JsonConverter`` writes them (``float``/``double``); anything else unchanged."""
+    if isinstance(schema, dict):
+        out = {k: connect_json_schema(v) for k, v in schema.items()}
+        kind = out.get("type")
+        if isinstance(kind, str) and kind in _JSON_TYPE_NAMES:
+            out["type"] = _JSON_TYPE_NAMES[kind]
+        return out
+    if isinstance(schema, list):
+        return [connect_json_schema(v) for v in schema]
+    return schema
+
+
+def topic_namespace(connector: Any, db: str | None, schema: str | None) -> str | None:
+    """The namespace Debezium's connector puts in its topic names, where it is not ``db``:
+    the schema for PostgreSQL, Oracle and Db2, ``db.schema`` for SQL Server."""
+    if connector in _SCHEMA_NAMED and schema:
+        return schema
+    if connector == "sqlserver" and db and schema:
+        return f"{db}.{schema}"
+    return None
 
 
 class ConnectEnvelopeReader:
@@ -847,9 +903,13 @@ class ConnectEnvelopeReader:
         cache_size: int = 1024,
         column_map: Callable[[Column], Column] | None = None,
         limits: JsonLimits = JsonLimits(),
+        native: bool = False,
     ) -> None:
         self.connector = connector
+        self.native = native
         self.limits = limits
+        # Debezium records without schemas: (payload field names, extra names) -> their layout
+        self._schemaless_layouts: LruCache[tuple[Any, ...], NativeLayout] = LruCache(cache_size)
         self._column_map = column_map
         self._tables = TableCache(cache_size)
         self._schemas: LruCache[bytes, tuple[Column, ...]] = LruCache(
@@ -933,14 +993,20 @@ class ConnectEnvelopeReader:
         return tuple(types.get(c.name, c) for c in columns)
 
     def layout_table(
-        self, layout: RowLayout, db: str | None, schema: str | None, name: str, key: tuple[str, ...]
+        self,
+        layout: RowLayout,
+        db: str | None,
+        schema: str | None,
+        name: str,
+        key: tuple[str, ...],
+        namespace: str | None = None,
     ) -> TableSchema:
         """The (interned) TableSchema of the layout's columns with these names and key columns."""
-        ident = (id(layout), db, schema, name, key)
+        ident = (id(layout), db, schema, name, key, namespace)
         hit = self._layout_tables.get(ident)
         if hit is not None and hit[0] is layout:
             return hit[1]
-        table = self._tables.intern(TableSchema(db, schema, name, layout.columns, key))
+        table = self._tables.intern(TableSchema(db, schema, name, layout.columns, key, namespace))
         self._layout_tables.put(ident, (layout, table))
         return table
 
@@ -977,7 +1043,56 @@ class ConnectEnvelopeReader:
             if isinstance(sub, dict) and sub.get("type") == "struct":
                 layout = self.struct_layout(sub, f"schema.{name}")
                 break
-        return _EnvelopeSchema(layout, self._source_fields(fields.get("source")))
+        native = None
+        base_name = None
+        if self.native and _MODELED_FIELDS.intersection(fields):  # an envelope schema, not some other struct
+            version = schema.get("version")
+            source_schema = fields.get("source")
+            native = NativeLayout(
+                version if isinstance(version, int) and not isinstance(version, bool) else None,
+                connect_json_schema(source_schema) if isinstance(source_schema, dict) else None,
+                tuple(connect_json_schema(f) for n, f in fields.items() if n not in _MODELED_FIELDS),
+                tuple(fields),
+                fields.get("transaction"),
+            )
+            name = schema.get("name")
+            if isinstance(name, str) and name.endswith(".Envelope"):
+                base_name = name[: -len(".Envelope")]
+        return _EnvelopeSchema(layout, self._source_fields(fields.get("source")), native, base_name)
+
+    def _native_source(
+        self, payload: Mapping[str, Any], source: dict[str, Any], declared: _EnvelopeSchema
+    ) -> NativeSource:
+        """The Debezium record's own source block and extra envelope fields (kept as they came)."""
+        layout = declared.native
+        if layout is None:  # no schema: the payload's own fields and order
+            extras = tuple(n for n in payload if n not in _MODELED_FIELDS)
+            layout = self._schemaless_layouts.get((tuple(payload), extras))
+            if layout is None:
+                layout = NativeLayout(
+                    None,
+                    None,
+                    tuple(
+                        {"type": "int64" if isinstance(payload[n], int) else "string", "optional": True, "field": n}
+                        for n in extras
+                    ),
+                    tuple(payload),
+                )
+                self._schemaless_layouts.put((tuple(payload), extras), layout)
+        return NativeSource(layout, source, {f["field"]: payload.get(f["field"]) for f in layout.extra_fields})
+
+    def _topic_namespace(
+        self, declared: _EnvelopeSchema, source: Mapping[str, Any], db: str | None, schema: str | None, table: str
+    ) -> str | None:
+        """Debezium's own namespace of topic names: read off the envelope schema's name
+        (``<prefix>.<namespace>.<table>.Envelope``), else the connector's naming rule."""
+        prefix = source.get("name")
+        base = declared.base_name
+        if base is not None and isinstance(prefix, str) and base.startswith(prefix + ".") and base.endswith("." + table):
+            namespace = base[len(prefix) + 1 : -len(table) - 1]
+            if namespace:
+                return None if namespace == db else namespace
+        return topic_namespace(source.get("connector"), db, schema)
 
     def _source_fields(self, source_schema: Any) -> dict[str, tuple[Column, FastConverter]]:
         """The source fields that :meth:`source_info` coerces: declared, and not structs."""
@@ -1168,11 +1283,15 @@ class ConnectEnvelopeReader:
         elif op is Operation.UPDATE and after_row is None:
             raise FieldError("after", "op 'u' needs an 'after' image")
         info = self._source_info(source, declared.source, extra_source)
+        namespace = None
+        if self.native and _NATIVE_SOURCE_FIELDS.issubset(source):
+            info.native = self._native_source(payload, source, declared)
+            namespace = self._topic_namespace(declared, source, db, db_schema, table_name or "")
         ts_raw = payload.get("ts_ms")
         ts_ms = _int(ts_raw)
         if ts_raw is not None and ts_ms is None:
             raise FieldError("ts_ms", f"expected epoch milliseconds, found {ts_raw!r}")
-        table = self.layout_table(layout, db, db_schema, table_name or "", key_names)
+        table = self.layout_table(layout, db, db_schema, table_name or "", key_names, namespace)
         return ChangeEvent(
             op=op,
             table=table,

@@ -50,6 +50,8 @@ public final class ConnectCompat {
   private final JsonConverter keyConverter = new JsonConverter();
   private final JsonConverter valueConverter = new JsonConverter();
   private final ExtractNewRecordState<SourceRecord> unwrap = new ExtractNewRecordState<>();
+  // MongoDB's source block names a collection, not a table: add.fields=op,collection,source.ts_ms
+  private final ExtractNewRecordState<SourceRecord> unwrapCollection = new ExtractNewRecordState<>();
 
   private ConnectCompat() {
     Map<String, Object> conv = new HashMap<>();
@@ -61,6 +63,8 @@ public final class ConnectCompat {
     smt.put("delete.tombstone.handling.mode", "rewrite");
     smt.put("add.fields", "op,table,source.ts_ms");
     unwrap.configure(smt);
+    smt.put("add.fields", "op,collection,source.ts_ms");
+    unwrapCollection.configure(smt);
   }
 
   public static void main(String[] args) throws Exception {
@@ -203,12 +207,15 @@ public final class ConnectCompat {
     }
     Struct envelope = (Struct) value.value();
     String op = envelope.getString("op");
+    Struct source = envelope.getStruct("source");
+    boolean collection =
+        source != null && source.schema().field("table") == null && source.schema().field("collection") != null;
     SourceRecord record =
         new SourceRecord(
             Map.of(), Map.of(), topic, 0, key.schema(), key.value(), schema, envelope);
     SourceRecord flat;
     try {
-      flat = unwrap.apply(record);
+      flat = (collection ? unwrapCollection : unwrap).apply(record);
     } catch (Exception e) {
       throw new Failure("unwrap", describe(e));
     }
@@ -241,9 +248,9 @@ public final class ConnectCompat {
         throw new Failure("unwrap", "field " + field.name() + ": " + want + " became " + got);
       }
     }
-    Struct source = envelope.getStruct("source");
     expectField(row, "__op", op);
-    expectField(row, "__table", source == null ? null : source.get("table"));
+    String name = collection ? "collection" : "table";
+    expectField(row, "__" + name, source == null ? null : source.get(name));
     expectField(row, "__source_ts_ms", source == null ? null : source.get("ts_ms"));
     expectField(row, "__deleted", "d".equals(op) ? "true" : "false");
   }
