@@ -58,11 +58,20 @@ def transform(
     option: Annotated[list[str] | None, typer.Option("--option", "-o", help="Format option KEY=VALUE.")] = None,
     topic_prefix: Annotated[str, typer.Option("--topic-prefix", help="Logical server name / topic prefix.")] = "cdcnorm",
     tombstones: Annotated[bool, typer.Option("--tombstones/--no-tombstones", help="Emit a tombstone after each delete.")] = True,
+    key_lines: Annotated[
+        bool,
+        typer.Option(
+            "--key-lines",
+            help="Lines alternate: the Kafka key, then the value ('null' for no key, or for a tombstone value).",
+        ),
+    ] = False,
 ) -> None:
     """Decode messages offline and print canonical records as JSON lines.
 
     Binary formats (dts-avro, qlik-avro) take one base64 message per line. A line that fails
     prints a JSON error on stderr and processing goes on; the exit code is 2 if any line failed.
+    With --key-lines each message is two lines, its key and then its value, as `cdcnorm tail`
+    and Kafka tools print them; a Debezium key names the key columns of a table.
     """
     try:
         decoder = create_decoder(format_id, parse_kv(option))
@@ -77,14 +86,22 @@ def transform(
     failed = 0
     out = sys.stdout.buffer
     err = sys.stderr.buffer
+    key: bytes | None = None
+    expect_key = key_lines
     with _open_input(file) as stream:
         for number, raw_line in enumerate(stream, start=1):
             line = raw_line.rstrip(b"\r\n")
             if not line.strip():
                 continue
+            if expect_key:
+                key, expect_key = (None if line.strip() == b"null" else line), False
+                continue
+            expect_key = key_lines
+            if key_lines and line.strip() == b"null":
+                continue  # a tombstone: the emitter writes its own after each delete
             try:
                 payload = _b64line(line, number) if binary else line
-                records = pipeline.process(Message(value=payload, topic=file, offset=number - 1))
+                records = pipeline.process(Message(value=payload, key=key, topic=file, offset=number - 1))
             except CdcnormError as exc:
                 failed += 1
                 err.write(

@@ -49,7 +49,8 @@ def list_tables(spark: Any, config: SinkConfig) -> list[str]:
 
 
 def read_tables(config: SinkConfig, limit: int | None = None, meta: bool = False) -> dict[str, Any]:
-    """Every table's row count, snapshot count, data-file count and rows (JSON-ready)."""
+    """Every table's row count, snapshot count, data-file count, columns (name, Spark type) and rows
+    (JSON-ready)."""
     spark = build_spark(config)
     cat = quote(config.catalog.name)
     out: dict[str, Any] = {}
@@ -65,6 +66,7 @@ def read_tables(config: SinkConfig, limit: int | None = None, meta: bool = False
             "snapshots": spark.sql(f"SELECT count(*) FROM {tid}.snapshots").collect()[0][0],
             "data_files": spark.sql(f"SELECT count(*) FROM {tid}.data_files").collect()[0][0],
             "delete_files": spark.sql(f"SELECT count(*) FROM {tid}.delete_files").collect()[0][0],
+            "columns": [{"name": n, "type": t} for n, t in frame.dtypes],
             "rows": _jsonable(rows),
         }
     return out
