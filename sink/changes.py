@@ -77,7 +77,8 @@ def source_sequence(source: dict[str, Any]) -> str | None:
     >>> source_sequence({"connector": "postgresql", "lsn": 34078720, "sequence": '["1","2"]'})
     '00000000000034078720'
     """
-    if source.get("connector") in _FORMAT_IDS:
+    connector = source.get("connector")
+    if isinstance(connector, str) and connector in _FORMAT_IDS:
         sequence = source.get("sequence")
         return sequence if isinstance(sequence, str) else None
     ts_ms = source.get("ts_ms")

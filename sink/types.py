@@ -10,8 +10,9 @@ int8, int16, int32                 int                        int
 int64                              bigint                     long
 float / double                     float / double             float / double
 boolean / string / bytes           boolean / string / binary  boolean / string / binary
-Decimal(p, s)                      decimal(p, s) (p ≤ 38)     decimal(p, s)
-VariableScaleDecimal               decimal(38, 10)            decimal(38, 10)
+Decimal(p, s), p ≤ 38              decimal(p, s)              decimal(p, s)
+Decimal(p, s), p > 38              string (exact text)        string
+VariableScaleDecimal               string (exact text)        string
 Date                               date                       date
 Timestamp/Micro/NanoTimestamp      timestamp_ntz              timestamp
 ZonedTimestamp                     timestamp                  timestamptz
@@ -19,6 +20,11 @@ Time/MicroTime/NanoTime            bigint (µs of day)         long
 Json, Xml, Uuid, Enum, EnumSet     string                     string
 struct / array                     struct / array             struct / list
 =================================  =========================  ==========================
+
+Iceberg decimals stop at 38 digits, so a decimal that may need more (a declared precision above
+38, or a VariableScaleDecimal: PostgreSQL ``numeric`` without a scale, Oracle ``NUMBER``) is
+stored as its exact plain text (``"123456789012345678901234567890.000000000000000000001"``) rather
+than rounded or refused.
 """
 
 from __future__ import annotations
@@ -43,7 +49,6 @@ from transforms.values import (
 __all__ = ["SinkColumn", "columns_from_schema", "spark_type", "widening"]
 
 MAX_PRECISION = 38
-VARIABLE_SCALE = 10
 
 Decoder = Callable[[Any], Any]
 
@@ -84,11 +89,22 @@ def _decimal(scale: int, precision: int) -> Decoder:
 
 
 def _variable_decimal(value: Any) -> Any:
+    """A VariableScaleDecimal ``{"scale", "value"}`` as its exact plain text."""
     if isinstance(value, dict):
         d = decimal_from_unscaled(_b64(value["value"]), int(value["scale"]))
     else:
         d = Decimal(str(value))
-    return _at_scale(d, VARIABLE_SCALE)
+    return format(d, "f")
+
+
+def _wide_decimal(scale: int) -> Decoder:
+    """A Decimal of more than 38 digits as its exact plain text at its scale."""
+    exact = _decimal(scale, 0)
+
+    def decode(value: Any) -> Any:
+        return format(exact(value), "f")
+
+    return decode
 
 
 def _epoch(per_second: int) -> Decoder:
@@ -158,10 +174,13 @@ def spark_type(schema: dict[str, Any]) -> tuple[str, Decoder]:
     params = schema.get("parameters") or {}
     if name == Logical.DECIMAL:
         scale = int(params.get("scale", 0))
-        precision = min(MAX_PRECISION, max(int(params.get("connect.decimal.precision", MAX_PRECISION)), scale, 1))
+        declared = int(params.get("connect.decimal.precision", MAX_PRECISION))
+        if declared > MAX_PRECISION or scale > MAX_PRECISION:
+            return "string", _guarded(_wide_decimal(scale))
+        precision = max(declared, scale, 1)
         return f"decimal({precision},{scale})", _guarded(_decimal(scale, precision))
     if name == Logical.VARIABLE_SCALE_DECIMAL:
-        return f"decimal({MAX_PRECISION},{VARIABLE_SCALE})", _guarded(_variable_decimal)
+        return "string", _guarded(_variable_decimal)
     if name in (Logical.DATE, Logical.CONNECT_DATE):
         return "date", _guarded(_date)
     if name in (Logical.TIMESTAMP, Logical.CONNECT_TIMESTAMP):
