@@ -745,6 +745,10 @@ def _envelope_value(
         if source_schema is not None:
             source_schema = _with_unavailable(source_schema)
     tx = event.transaction
+    if tx is not None:
+        for order in (tx.total_order, tx.data_collection_order):
+            if order is not None and not -_INT64_TOP <= order < _INT64_TOP:
+                raise DecodeError(info.connector, "transaction", f"event order {order} is beyond int64")
     payload = {
         BEFORE: before_json,
         AFTER: after_json,

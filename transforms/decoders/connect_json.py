@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
-from transforms.connect import Column, ConnectType, Logical, TableSchema
+from transforms.connect import Column, ConnectType, DecimalHandlingMode, Logical, TableSchema, column_schema
 from transforms.decoders.base import check_decimal_params, check_value, coerce_checked, type_name
 from transforms.decoders.cache import LruCache, TableCache
 from transforms.decoders.fields import INT64_MAX, INT64_MIN, parse_int
@@ -55,6 +55,8 @@ from transforms.envelope import (
     SnapshotMarker,
     SourceInfo,
     TransactionRef,
+    source_field_type,
+    source_field_value,
 )
 from transforms.jsonio import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, JsonLimitError, loads_limited
 from transforms.values import UNAVAILABLE, CoercionError, decimal_from_unscaled, infer_column
@@ -145,7 +147,9 @@ def column_from_schema(schema: Any, name: str, where: str = "schema") -> Column:
     ctype = _TYPES.get(kind) if isinstance(kind, str) else None
     if ctype is None:
         raise FieldError(where, f"unknown Connect type {kind!r:.60}")
-    optional = bool(schema.get("optional", False))
+    optional = schema.get("optional", False)
+    if type(optional) is not bool:
+        raise FieldError(where, f"expected optional to be true or false, found {type_name(optional)}")
     logical = schema.get("name")
     if logical is not None and not isinstance(logical, str):
         raise FieldError(where, f"expected a string schema name, found {type_name(logical)}")
@@ -154,7 +158,7 @@ def column_from_schema(schema: Any, name: str, where: str = "schema") -> Column:
         raise FieldError(where, f"expected an object of parameters, found {type_name(raw_params)}")
     params = tuple(sorted((str(k), str(v)) for k, v in raw_params.items()))
     _check_decimal_params(raw_params, where)
-    meta = tuple((k, orjson.dumps(schema[k]).decode()) for k in _KEPT_SCHEMA_KEYS if k in schema)
+    meta = tuple((k, orjson.dumps(schema[k]).decode()) for k in _KEPT_SCHEMA_KEYS if isinstance(schema.get(k), str))
     if ctype is ConnectType.MAP:
         return Column(name, ConnectType.STRING, optional, Logical.JSON)
     if ctype is ConnectType.STRUCT:
@@ -310,11 +314,16 @@ def decode_value(col: Column, raw: Any) -> Any:
         if not isinstance(raw, dict):
             raise CoercionError(f"expected an object, found {raw!r}")
         by_name = {f.name: f for f in col.fields}
+        for member in col.fields:
+            if not member.optional and raw.get(member.name) is None:
+                raise CoercionError(f"member {member.name!r} is required, found null")
         return {k: decode_value(by_name[k], v) if k in by_name else v for k, v in raw.items()}
     if col.type is ConnectType.ARRAY and col.items is not None:
         if not isinstance(raw, list):
             raise CoercionError(f"expected an array, found {raw!r}")
         items = col.items
+        if not items.optional and None in raw:
+            raise CoercionError("an array of required items holds a null")
         return [decode_value(items, v) for v in raw]
     if col.type is ConnectType.BYTES and isinstance(raw, str):
         return _b64(raw)
@@ -870,9 +879,93 @@ def connect_json_schema(schema: Any) -> Any:
     return schema
 
 
+_JSON_INT_RANGES = {
+    ConnectType.INT8: 1 << 7,
+    ConnectType.INT16: 1 << 15,
+    ConnectType.INT32: 1 << 31,
+    ConnectType.INT64: 1 << 63,
+}
+
+
+def check_json_value(col: Column, value: Any, where: str) -> None:
+    """Raise FieldError unless ``value`` is JSON that ``JsonConverter`` reads as ``col`` and writes
+    back unchanged (a Debezium source block or envelope field kept as it came).
+
+    >>> check_json_value(Column("pos", ConnectType.INT64), "154", "source.pos")
+    Traceback (most recent call last):
+    ...
+    transforms.decoders.connect_json.FieldError: source.pos: expected int64, found str
+    """
+    if value is None:
+        if not col.optional:
+            raise FieldError(where, "null in a required field")
+        return
+    kind = col.type
+    top = _JSON_INT_RANGES.get(kind)
+    if top is not None:
+        ok = type(value) is int and -top <= value < top
+    elif kind in (ConnectType.FLOAT32, ConnectType.FLOAT64):
+        ok = type(value) in (int, float)
+    elif kind is ConnectType.BOOLEAN:
+        ok = type(value) is bool
+    elif kind in (ConnectType.STRING, ConnectType.BYTES):
+        ok = type(value) is str
+        if ok and kind is ConnectType.BYTES:
+            _b64(value)
+    elif kind is ConnectType.ARRAY:
+        ok = type(value) is list
+        if ok and col.items is not None:
+            for i, item in enumerate(value):
+                check_json_value(col.items, item, f"{where}[{i}]")
+    elif kind is ConnectType.STRUCT:
+        ok = type(value) is dict
+        if ok:
+            check_json_struct(col.fields, value, where)
+    else:  # a map
+        ok = type(value) is dict
+    if not ok:
+        raise FieldError(where, f"expected {kind.value}, found {type_name(value)}")
+
+
+def canonical_field_schema(schema: Any, where: str) -> dict[str, Any]:
+    """A Connect field schema as ``JsonConverter`` writes it back: parsed (a bad one raises
+    FieldError) and written out again, keeping its ``field``, ``version``, ``doc`` and a valid
+    ``default``; the schema itself when it was already written that way."""
+    col = column_from_schema(schema, str(schema.get("field") or ""), where)
+    out = column_schema(col, DecimalHandlingMode.PRECISE, with_field="field" in schema)
+    if col.type is ConnectType.STRUCT:
+        out["fields"] = [
+            canonical_field_schema(f, f"{where}.{f.get('field')}") for f in struct_field_schemas(schema, where).values()
+        ]
+    elif col.type is ConnectType.ARRAY and isinstance(schema.get("items"), dict):
+        out["items"] = canonical_field_schema(schema["items"], f"{where}.items")
+    version = schema.get("version")
+    out.pop("version", None)
+    if type(version) is int:
+        out["version"] = version
+    if "default" in schema:
+        check_json_value(col, schema["default"], f"{where}.default")
+        out["default"] = schema["default"]
+    return schema if out == schema else out
+
+
+def check_json_struct(fields: tuple[Column, ...], value: Mapping[str, Any], where: str) -> None:
+    """:func:`check_json_value` for each field of a struct; a member the schema does not declare
+    would be dropped by ``JsonConverter``, so it is an error too."""
+    names = set()
+    for col in fields:
+        names.add(col.name)
+        check_json_value(col, value.get(col.name), f"{where}.{col.name}")
+    for name in value:
+        if name not in names:
+            raise FieldError(f"{where}.{name}", "a field its schema does not declare")
+
+
 def topic_namespace(connector: Any, db: str | None, schema: str | None) -> str | None:
     """The namespace Debezium's connector puts in its topic names, where it is not ``db``:
     the schema for PostgreSQL, Oracle and Db2, ``db.schema`` for SQL Server."""
+    if not isinstance(connector, str):
+        return None
     if connector in _SCHEMA_NAMED and schema:
         return schema
     if connector == "sqlserver" and db and schema:
@@ -1046,14 +1139,31 @@ class ConnectEnvelopeReader:
         native = None
         base_name = None
         if self.native and _MODELED_FIELDS.intersection(fields):  # an envelope schema, not some other struct
-            version = schema.get("version")
+            if len(fields) != len(schema.get("fields", ())):
+                raise FieldError("schema.fields", "a field name is declared twice")
+            if not all(fields):
+                raise FieldError("schema.fields", "a field without a name")
             source_schema = fields.get("source")
+            if isinstance(source_schema, dict):
+                declared = source_schema.get("fields")
+                if len(struct_field_schemas(source_schema, "schema.source")) != len(declared or ()):
+                    raise FieldError("schema.source.fields", "a field name is declared twice")
+            version = schema.get("version")
+            transaction_schema = fields.get("transaction")
             native = NativeLayout(
                 version if isinstance(version, int) and not isinstance(version, bool) else None,
-                connect_json_schema(source_schema) if isinstance(source_schema, dict) else None,
-                tuple(connect_json_schema(f) for n, f in fields.items() if n not in _MODELED_FIELDS),
+                canonical_field_schema(connect_json_schema(source_schema), "schema.source")
+                if isinstance(source_schema, dict)
+                else None,
+                tuple(
+                    canonical_field_schema(connect_json_schema(f), f"schema.{n}")
+                    for n, f in fields.items()
+                    if n not in _MODELED_FIELDS
+                ),
                 tuple(fields),
-                fields.get("transaction"),
+                canonical_field_schema(transaction_schema, "schema.transaction")
+                if isinstance(transaction_schema, dict)
+                else None,
             )
             name = schema.get("name")
             if isinstance(name, str) and name.endswith(".Envelope"):
@@ -1065,21 +1175,48 @@ class ConnectEnvelopeReader:
     ) -> NativeSource:
         """The Debezium record's own source block and extra envelope fields (kept as they came)."""
         layout = declared.native
-        if layout is None:  # no schema: the payload's own fields and order
-            extras = tuple(n for n in payload if n not in _MODELED_FIELDS)
-            layout = self._schemaless_layouts.get((tuple(payload), extras))
+        if layout is None:  # no schema: the payload's own fields and order, typed by their values
+            if not all(payload):
+                raise FieldError("payload", "a field without a name")
+            kinds = tuple((n, source_field_type(v)) for n, v in payload.items() if n not in _MODELED_FIELDS)
+            ident = (tuple(payload), kinds)
+            layout = self._schemaless_layouts.get(ident)
             if layout is None:
-                layout = NativeLayout(
-                    None,
-                    None,
-                    tuple(
-                        {"type": "int64" if isinstance(payload[n], int) else "string", "optional": True, "field": n}
-                        for n in extras
-                    ),
-                    tuple(payload),
-                )
-                self._schemaless_layouts.put((tuple(payload), extras), layout)
-        return NativeSource(layout, source, {f["field"]: payload.get(f["field"]) for f in layout.extra_fields})
+                extra_fields = tuple({"type": t.value, "optional": True, "field": n} for n, t in kinds)
+                layout = NativeLayout(None, None, extra_fields, tuple(payload))
+                self._schemaless_layouts.put(ident, layout)
+            extras = {n: source_field_value(payload[n]) for n, _ in kinds}
+        else:
+            extras = {f["field"]: payload.get(f["field"]) for f in layout.extra_fields}
+        if layout.source_schema is None:  # typed from its values when emitted: JSON text for the rest
+            if not all(source):
+                raise FieldError("source", "a source field without a name")
+            source = {name: source_field_value(value) for name, value in source.items()}
+        else:  # written back as it came, so it must be what its schema says
+            members = self.struct_columns(layout.source_schema, "schema.source")
+            check_json_struct(members, source, "source")
+            if len(source) != len(members):  # a missing optional field: JsonConverter writes it as null
+                source = {c.name: source.get(c.name) for c in members}
+            for col, field in zip(self._extra_columns(layout), layout.extra_fields, strict=True):
+                check_json_value(col, extras[field["field"]], field["field"])
+            # JsonConverter writes a field's default for null: a null there is not what it reads back
+            for fields, values, where in (
+                (layout.source_schema.get("fields", ()), source, "source."),
+                (layout.extra_fields, extras, ""),
+            ):
+                for field in fields:
+                    if "default" in field and values.get(field["field"], 0) is None:
+                        raise FieldError(where + field["field"], "null in a field with a default")
+            if layout.transaction_schema is not None:
+                column = self.struct_columns(
+                    {"type": "struct", "fields": [layout.transaction_schema]}, "schema"
+                )[0]
+                check_json_value(column, payload.get("transaction"), "transaction")
+        return NativeSource(layout, source, extras)
+
+    def _extra_columns(self, layout: NativeLayout) -> tuple[Column, ...]:
+        """The columns of a native layout's extra envelope fields (``ts_us``, ``ts_ns`` ...)."""
+        return self.struct_columns({"type": "struct", "fields": list(layout.extra_fields)}, "schema")
 
     def _topic_namespace(
         self, declared: _EnvelopeSchema, source: Mapping[str, Any], db: str | None, schema: str | None, table: str
@@ -1284,7 +1421,7 @@ class ConnectEnvelopeReader:
             raise FieldError("after", "op 'u' needs an 'after' image")
         info = self._source_info(source, declared.source, extra_source)
         namespace = None
-        if self.native and _NATIVE_SOURCE_FIELDS.issubset(source):
+        if self.native and _NATIVE_SOURCE_FIELDS.issubset(source) and ("table" in source or "collection" in source):
             info.native = self._native_source(payload, source, declared)
             namespace = self._topic_namespace(declared, source, db, db_schema, table_name or "")
         ts_raw = payload.get("ts_ms")

@@ -49,9 +49,7 @@ public final class ConnectCompat {
 
   private final JsonConverter keyConverter = new JsonConverter();
   private final JsonConverter valueConverter = new JsonConverter();
-  private final ExtractNewRecordState<SourceRecord> unwrap = new ExtractNewRecordState<>();
-  // MongoDB's source block names a collection, not a table: add.fields=op,collection,source.ts_ms
-  private final ExtractNewRecordState<SourceRecord> unwrapCollection = new ExtractNewRecordState<>();
+  private final Map<String, Object> smtConfig = new HashMap<>();
 
   private ConnectCompat() {
     Map<String, Object> conv = new HashMap<>();
@@ -59,12 +57,7 @@ public final class ConnectCompat {
     conv.put("schemas.cache.size", "100000");
     keyConverter.configure(conv, true);
     valueConverter.configure(conv, false);
-    Map<String, Object> smt = new HashMap<>();
-    smt.put("delete.tombstone.handling.mode", "rewrite");
-    smt.put("add.fields", "op,table,source.ts_ms");
-    unwrap.configure(smt);
-    smt.put("add.fields", "op,collection,source.ts_ms");
-    unwrapCollection.configure(smt);
+    smtConfig.put("delete.tombstone.handling.mode", "rewrite");
   }
 
   public static void main(String[] args) throws Exception {
@@ -199,6 +192,19 @@ public final class ConnectCompat {
     return s.length() > 120 ? s.substring(0, 120) + "..." : s;
   }
 
+  /**
+   * A fresh ExtractNewRecordState per record: the SMT caches the flat schema by the row schema, so
+   * one record's source field types would otherwise decide another's (MongoDB's source block
+   * names a collection, not a table: add.fields=op,collection,source.ts_ms there).
+   */
+  private ExtractNewRecordState<SourceRecord> unwrap(String tableField) {
+    ExtractNewRecordState<SourceRecord> smt = new ExtractNewRecordState<>();
+    Map<String, Object> config = new HashMap<>(smtConfig);
+    config.put("add.fields", "op," + tableField + ",source.ts_ms");
+    smt.configure(config);
+    return smt;
+  }
+
   private void checkUnwrap(String topic, SchemaAndValue key, SchemaAndValue value) throws Failure {
     Schema schema = value.schema();
     if (!(value.value() instanceof Struct) || schema == null || schema.name() == null
@@ -215,7 +221,7 @@ public final class ConnectCompat {
             Map.of(), Map.of(), topic, 0, key.schema(), key.value(), schema, envelope);
     SourceRecord flat;
     try {
-      flat = (collection ? unwrapCollection : unwrap).apply(record);
+      flat = unwrap(collection ? "collection" : "table").apply(record);
     } catch (Exception e) {
       throw new Failure("unwrap", describe(e));
     }
