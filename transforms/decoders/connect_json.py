@@ -30,7 +30,9 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import contextvars
 import datetime as dt
+import json
 import math
 import re
 from collections.abc import Callable, Hashable, Iterable, Mapping
@@ -280,11 +282,34 @@ def _decimal(col: Column, raw: Any) -> Decimal:
         if value.is_finite():
             return value
         raise CoercionError(f"expected a base64 Connect Decimal, found {raw[:40]!r}")
-    if isinstance(raw, int | float) and not isinstance(raw, bool):
-        if isinstance(raw, float) and not math.isfinite(raw):
+    if isinstance(raw, float):
+        if not math.isfinite(raw):
             raise CoercionError(f"expected a finite decimal, found {raw!r}")
-        return Decimal(raw) if isinstance(raw, int) else Decimal(repr(raw))
+        if _EXACT_PASS.get():  # a number of at most 15 digits (longer ones are Decimals): repr is exact
+            return Decimal(repr(raw))
+        raise InexactNumber  # the number's digits beyond a float's may be gone: read the message exactly
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return Decimal(raw)
     raise CoercionError(f"expected a Connect Decimal, found {raw!r}")
+
+
+class InexactNumber(Exception):
+    """A Decimal column's value came as a JSON number, which the fast parser read as a float:
+    :func:`read_connect_message` reads the message again with its numbers' every digit."""
+
+
+def _exact_number(text: str) -> float | Decimal:
+    """A JSON number with more significant digits than a float holds, as a Decimal."""
+    mantissa = text.lstrip("-").split("e")[0].split("E")[0].replace(".", "").lstrip("0")
+    return Decimal(text) if len(mantissa) > 15 else float(text)
+
+
+_EXACT_PASS: contextvars.ContextVar[bool] = contextvars.ContextVar("cdcnorm_exact_pass", default=False)
+
+
+def _loads_exact(value: bytes) -> Any:
+    """The message parsed again (it already parsed within the limits) with long numbers exact."""
+    return json.loads(value, parse_float=_exact_number)
 
 
 def _variable_decimal(raw: Any) -> Decimal:
@@ -816,19 +841,31 @@ def read_connect_message(
         return []
     doc = decoder.load_json(message)
     try:
-        schema: Any = None
-        payload: Any = doc
-        if "payload" in doc and doc.keys() <= _WRAPPER_KEYS:
-            schema, payload = doc.get("schema"), doc["payload"]
-            if payload is None:
-                return []
-            if not isinstance(payload, dict):
-                raise FieldError("payload", f"expected an object, found {type_name(payload)}")
-            if schema is not None and not isinstance(schema, dict):
-                raise FieldError("schema", f"expected an object or null, found {type_name(schema)}")
-        return read(schema, payload)
-    except FieldError as exc:
-        raise decoder.error(exc.field, exc.reason, value) from exc
+        try:
+            return _read_document(doc, read)
+        except InexactNumber:
+            token = _EXACT_PASS.set(True)
+            try:
+                return _read_document(_loads_exact(value), read)
+            finally:
+                _EXACT_PASS.reset(token)
+    except (FieldError, InexactNumber) as exc:
+        field, reason = (exc.field, exc.reason) if isinstance(exc, FieldError) else (None, "inexact decimal number")
+        raise decoder.error(field, reason, value) from exc
+
+
+def _read_document(doc: Any, read: Callable[[Any, dict[str, Any]], list[Event]]) -> list[Event]:
+    schema: Any = None
+    payload: Any = doc
+    if "payload" in doc and doc.keys() <= _WRAPPER_KEYS:
+        schema, payload = doc.get("schema"), doc["payload"]
+        if payload is None:
+            return []
+        if not isinstance(payload, dict):
+            raise FieldError("payload", f"expected an object, found {type_name(payload)}")
+        if schema is not None and not isinstance(schema, dict):
+            raise FieldError("schema", f"expected an object or null, found {type_name(schema)}")
+    return read(schema, payload)
 
 
 _WRAPPER_KEYS = frozenset({"schema", "payload"})
