@@ -35,4 +35,4 @@ check-deploy: $(STAMP)
 	scripts/check-deploy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache build *.egg-info
+	rm -rf $(VENV) .venv-flink .pytest_cache .mypy_cache build *.egg-info

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import assert_connect_accepts
 from transforms.connect import ConnectType, DecimalHandlingMode, Logical
 from transforms.decoders import Message, create_decoder
 from transforms.decoders.canal_json import CanalJsonDecoder, column_for_type
@@ -408,7 +409,7 @@ def expected_value(mysql_type: str, raw: Any) -> Any:
 
 @settings(max_examples=200, deadline=None)
 @given(canal_changes())
-def test_round_trip_keeps_op_images_and_absence(change: dict[str, Any]) -> None:
+def test_round_trip_keeps_op_images_and_absence(connect_checker: Any, change: dict[str, Any]) -> None:
     names, types, op, rows = change["names"], change["types"], change["op"], change["rows"]
     doc: dict[str, Any] = {
         "database": "db",
@@ -429,6 +430,7 @@ def test_round_trip_keeps_op_images_and_absence(change: dict[str, Any]) -> None:
         doc["old"] = olds if op == "UPDATE" else None
     events = CanalJsonDecoder().decode(Message(orjson.dumps(doc)))
     assert len(events) == len(rows)
+    assert_connect_accepts(connect_checker, emit(events, EmitOptions()))
 
     def image(row: dict[str, Any]) -> dict[str, Any]:
         return {n: expected_value(types[n], row[n]) if n in row else UNAVAILABLE for n in names}

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import assert_connect_accepts
 from transforms.connect import ConnectType
 from transforms.decoders import Message, create_decoder
 from transforms.decoders.shareplex_json import ShareplexJsonDecoder, oracle_column
@@ -301,7 +302,7 @@ def shareplex_changes(draw: st.DrawFn) -> dict[str, Any]:
 
 @settings(max_examples=200, deadline=None)
 @given(shareplex_changes())
-def test_round_trip_keeps_op_images_and_absence(change: dict[str, Any]) -> None:
+def test_round_trip_keeps_op_images_and_absence(connect_checker: Any, change: dict[str, Any]) -> None:
     names, row, op, key, changed = (
         change["names"],
         change["row"],
@@ -332,6 +333,7 @@ def test_round_trip_keeps_op_images_and_absence(change: dict[str, Any]) -> None:
         assert event.op is Operation.UPDATE
         assert event.before == row
         assert event.after == {**row, **changed}
+    assert_connect_accepts(connect_checker, emit([event], EmitOptions()))
     for image in (event.before, event.after):
         if image is not None:
             assert set(image) == set(names)
