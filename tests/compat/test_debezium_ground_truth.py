@@ -35,7 +35,7 @@ import yaml
 from service.local import create_topics
 from tests.compat.debezium_pg import TABLES, TOPIC_PREFIX, Capture, run_capture
 from tests.conftest import assert_connect_accepts
-from tests.service.harness import ROOT, WorkerProcess, list_topics, read_topics
+from tests.service.harness import ROOT, WorkerProcess, read_topics
 from tests.service.test_integration import base_config, produce
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
@@ -214,7 +214,7 @@ def test_sink_over_debeziums_own_topics_equals_postgresql(capture: Capture, kafk
     tables = orjson.loads(proc.stdout.strip().splitlines()[-1])
     compared = 0
     for name in TABLES:
-        schema, table = name.split(".")
+        _, table = name.split(".")
         ice = tables.get(f"postgres.{table}")
         assert ice is not None, f"no Iceberg table for {name}: {sorted(tables)}"
         kinds = {c["name"]: c["type"] for c in ice["columns"]} if "columns" in ice else {}
