@@ -21,16 +21,19 @@ sink, ``tail``), :meth:`BrokerConfig.faust_credentials` / :meth:`BrokerConfig.ai
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import re
 import string
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlsplit
 
+import expandvars
 import yaml
 from pydantic import (
     AfterValidator,
@@ -38,9 +41,11 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     SerializerFunctionWrapHandler,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
@@ -69,6 +74,7 @@ __all__ = [
     "mask_secrets",
     "mask_url",
     "parse_config",
+    "resolve_reference",
     "resolve_secret",
 ]
 
@@ -84,33 +90,107 @@ _SECRET_KEY = re.compile(
 )
 _URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:@/\s]*):(?P<pw>[^@/\s]+)@")
 MASK = "***"
+# `$${` in a value is a literal `${`
+_ESCAPED_REFERENCE = "$${"
+# one reference and nothing else (what an error may show, with the default masked)
+_PLAIN_REFERENCE = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-=+?])[^{}]*)?\}")
+# validation context key: the document's references are resolved already
+_RESOLVED = "cdcnorm.references_resolved"
+
+
+def resolve_reference(text: str, *, files: bool = True, environ: Mapping[str, str] | None = None) -> str:
+    """``text`` with its references resolved; ValueError (naming the variable or file) otherwise.
+
+    * ``${VAR}``, ``${VAR:-default}`` (the default when VAR is unset or empty) and
+      ``${VAR:?message}`` anywhere in the string, with POSIX shell semantics (the
+      `expandvars <https://pypi.org/project/expandvars/>`_ library); ``$`` not followed by ``{``
+      stays as it is (``$1`` in a route replacement, ``$`` in a regex); ``$${`` is a literal ``${``;
+    * with ``files``, a whole value ``file:/path`` is the file's content without its trailing
+      newline (the path may hold ``${VAR}``).
+
+    A ``${VAR}`` without a default whose variable is not set is an error.
+
+    >>> resolve_reference("jdbc://${CDCNORM_DOCTEST_HOST:-db}:5432/x$${literal}", environ={})
+    'jdbc://db:5432/x${literal}'
+    >>> resolve_reference("${CDCNORM_DOCTEST_HOST}", environ={})
+    Traceback (most recent call last):
+    ...
+    ValueError: environment variable CDCNORM_DOCTEST_HOST is not set (and the reference gives no default)
+    """
+    env = _environ() if environ is None else dict(environ)
+    if files and text.startswith("file:"):
+        path = Path(_expand(text[5:], env)).expanduser()
+        try:
+            return path.read_text(encoding="utf-8").rstrip("\r\n")
+        except OSError as exc:
+            raise ValueError(f"cannot read file {path}: {exc.strerror}") from exc
+    return _expand(text, env)
+
+
+def _environ() -> dict[str, str]:
+    env = dict(os.environ)
+    # expandvars would otherwise turn every unset variable into this value instead of an error
+    env.pop("EXPANDVARS_RECOVER_NULL", None)
+    return env
+
+
+def _expand(text: str, env: dict[str, str]) -> str:
+    if "${" not in text:
+        return text
+    # `$${` is a literal `${`; expandvars's own escape (a backslash) would eat the backslashes of
+    # regular expressions, so it is switched off
+    parts = text.split(_ESCAPED_REFERENCE)
+    out = []
+    for part in parts:
+        try:
+            out.append(expandvars.expand(part, nounset=True, environ=env, surrounded_vars_only=True, escape_char=""))
+        except expandvars.UnboundVariable as exc:
+            name = str(exc.args[0] if exc.args else "").rsplit(": ", 1)[0]
+            raise ValueError(f"environment variable {name} is not set (and the reference gives no default)") from None
+        except expandvars.ParameterNullOrNotSet as exc:
+            name, _, message = str(exc.args[0] if exc.args else "").partition(": ")
+            raise ValueError(f"environment variable {name} is not set or empty: {message}") from None
+        except expandvars.ExpandvarsException:
+            raise ValueError("not a valid ${...} reference (a literal ${ is written $${)") from None
+    return "${".join(out)
 
 
 def resolve_secret(value: Any) -> Any:
-    """Resolve ``${ENV_VAR}`` and ``file:/path`` references; other values pass unchanged.
+    """``value`` with its ``${ENV_VAR}`` / ``file:/path`` references resolved (non-strings pass).
+
+    :func:`parse_config` resolves every string of the document this way before validating it;
+    this is for models validated directly (``PipelineConfig.model_validate``).
 
     >>> os.environ["CDCNORM_DOCTEST_PW"] = "s3cret"
     >>> resolve_secret("${CDCNORM_DOCTEST_PW}")
     's3cret'
     """
-    if not isinstance(value, str):
+    return resolve_reference(value) if isinstance(value, str) else value
+
+
+def _resolve_field(value: Any, info: ValidationInfo) -> Any:
+    # parse_config resolved every reference already: resolving again would undo a `$${` escape
+    if isinstance(info.context, dict) and info.context.get(_RESOLVED):
         return value
-    if value.startswith("${") and value.endswith("}"):
-        name = value[2:-1]
-        if name not in os.environ:
-            raise ValueError(f"environment variable {name} is not set")
-        return os.environ[name]
-    if value.startswith("file:"):
-        path = Path(value[5:]).expanduser()
-        try:
-            return path.read_text(encoding="utf-8").rstrip("\r\n")
-        except OSError as exc:
-            raise ValueError(f"cannot read secret file {path}: {exc.strerror}") from exc
-    return value
+    return resolve_secret(value)
 
 
 def _is_reference(value: Any) -> bool:
     return isinstance(value, str) and value.startswith(("${", "file:"))
+
+
+def _masked_reference(value: str) -> str:
+    """A reference as an error may show it under a secret key: defaults masked, literals masked.
+
+    >>> _masked_reference("${KAFKA_PW:-hunter2}"), _masked_reference("file:/run/pw"), _masked_reference("x${A}")
+    ('${KAFKA_PW:-***}', 'file:/run/pw', '***')
+    """
+    if value.startswith("file:"):
+        return value
+    match = _PLAIN_REFERENCE.fullmatch(value)
+    if match is None:
+        return MASK
+    return f"${{{match.group('name')}{match.group('op') or ''}{MASK if match.group('op') else ''}}}"
 
 
 def is_secret_key(path: str) -> bool:
@@ -152,13 +232,13 @@ def mask_secrets(path: str, value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [mask_secrets(f"{path}[{i}]", v) for i, v in enumerate(value)]
     if is_secret_key(path):
-        return value if _is_reference(value) else MASK
+        return _masked_reference(value) if _is_reference(value) else MASK
     if isinstance(value, str):
         return mask_url(value)
     return value
 
 
-Secret = Annotated[SecretStr, BeforeValidator(resolve_secret)]
+Secret = Annotated[SecretStr, BeforeValidator(_resolve_field)]
 
 
 def _existing_file(value: Path) -> Path:
@@ -170,7 +250,7 @@ def _existing_file(value: Path) -> Path:
 ExistingFile = Annotated[Path, AfterValidator(_existing_file)]
 """A path that must name an existing file (TLS CA, certificate and key files)."""
 # Not secret, but usually delivered with the secret (e.g. a Kubernetes Secret's `username`).
-Resolved = Annotated[str, BeforeValidator(resolve_secret)]
+Resolved = Annotated[str, BeforeValidator(_resolve_field)]
 
 
 class SecretRedactor:
@@ -686,6 +766,8 @@ class PipelineConfig(_Section):
     sink: dict[str, Any] | None = Field(
         None, description="The Iceberg sink (sink.config.SinkConfig); checked by parse_config, not used by the worker."
     )
+    # values that came from ${VAR}/file: references under secret-looking keys (set by parse_config)
+    _reference_secrets: tuple[str, ...] = PrivateAttr(default=())
 
     @field_validator("topic_prefix")
     @classmethod
@@ -728,10 +810,14 @@ class PipelineConfig(_Section):
         return None
 
     def secret_values(self) -> list[str]:
-        """Every resolved secret of this config (for :class:`SecretRedactor`), sink's included."""
+        """Every resolved secret of this config (for :class:`SecretRedactor`): the broker's and
+        Redis's, the values under secret-looking keys of the sink's passthrough maps, and every
+        value that a ``${VAR}``/``file:`` reference under a secret-looking key resolved to
+        (``hash.salt: ${MASK_SALT}`` of a transform, a decoder option ...)."""
         values = [*self.broker.secret_values(), *self.redis.secret_values()]
         if self.sink:
-            values += [v for _, v in _sink_secret_items(resolve_sink_secrets(self.sink)) if isinstance(v, str)]
+            values += [v for _, v in _sink_secret_items(self.sink) if isinstance(v, str)]
+        values += self._reference_secrets
         return values
 
     def summary(self) -> list[dict[str, Any]]:
@@ -774,11 +860,90 @@ def _lookup(raw: Any, loc: tuple[Any, ...]) -> Any:
     return node
 
 
-def _from_validation(exc: ValidationError, raw: Any, prefix: tuple[Any, ...] = ()) -> ConfigError:
+@dataclass
+class _Document:
+    """A config document with every ``${VAR}``/``file:`` reference resolved.
+
+    ``originals`` maps the key path (a loc tuple) of every value that resolution changed or
+    dropped to the value as written; ``errors`` are the references that could not be resolved
+    (those values stay as written).
+    """
+
+    raw: dict[str, Any]
+    doc: dict[str, Any]
+    originals: dict[tuple[Any, ...], str] = field(default_factory=dict)
+    errors: list[tuple[tuple[Any, ...], ConfigError]] = field(default_factory=list)
+
+    def shown(self, loc: tuple[Any, ...], value: Any) -> Any:
+        """``value`` (found at ``loc`` in ``doc``) safe to print: a secret that came from a
+        reference shows as that reference, every other secret as ``***``."""
+        return mask_secrets(_path(loc) if loc else "", self._as_written(loc, value))
+
+    def _as_written(self, loc: tuple[Any, ...], value: Any) -> Any:
+        if loc in self.originals and is_secret_key(_path(loc)):
+            return self.originals[loc]
+        if isinstance(value, dict):
+            return {k: self._as_written((*loc, k), v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._as_written((*loc, i), v) for i, v in enumerate(value)]
+        return value
+
+    def secrets(self) -> tuple[str, ...]:
+        """What references under secret-looking keys resolved to (for :class:`SecretRedactor`)."""
+        found = (_lookup(self.doc, loc) for loc in self.originals if is_secret_key(_path(loc)))
+        return tuple(v for v in found if isinstance(v, str) and v)
+
+
+def _resolve_document(raw: dict[str, Any]) -> _Document:
+    """Resolve the references of every string value of ``raw`` (mapping values and list items;
+    keys are never resolved).
+
+    ``file:`` references resolve everywhere except in the ``sink:`` section, where only values
+    under secret-looking keys are file references: Spark and Iceberg take ``file:`` URIs (a
+    ``file:/`` warehouse). A mapping value that is one reference and resolves to the empty string
+    (``sasl_mechanism: ${KAFKA_SASL_MECHANISM:-}``) counts as not given: the key's default applies.
+    """
+    env = _environ()
+    out = _Document(raw, {})
+
+    def one(value: str, loc: tuple[Any, ...]) -> str:
+        path = _path(loc)
+        files = loc[:1] != ("sink",) or is_secret_key(path)
+        try:
+            resolved = resolve_reference(value, files=files, environ=env)
+        except ValueError as exc:
+            out.errors.append((loc, ConfigError(path, mask_secrets(path, value), str(exc))))
+            return value
+        if resolved != value:
+            out.originals[loc] = value
+        return resolved
+
+    def walk(node: Any, loc: tuple[Any, ...]) -> Any:
+        if isinstance(node, dict):
+            mapping: dict[Any, Any] = {}
+            for key, value in node.items():
+                here = (*loc, key)
+                if not isinstance(value, str):
+                    mapping[key] = walk(value, here)
+                    continue
+                resolved = one(value, here)
+                if resolved == "" and value.startswith("${") and value.endswith("}"):
+                    continue  # an unset optional setting
+                mapping[key] = resolved
+            return mapping
+        if isinstance(node, list):
+            return [one(v, (*loc, i)) if isinstance(v, str) else walk(v, (*loc, i)) for i, v in enumerate(node)]
+        return node
+
+    out.doc = walk(raw, ())
+    return out
+
+
+def _from_validation(exc: ValidationError, document: _Document, prefix: tuple[Any, ...] = ()) -> ConfigError:
     err = exc.errors()[0]
-    loc = tuple(err.get("loc", ()))
-    path = _path(prefix + loc)
-    value = _lookup(raw, loc) if loc else raw
+    loc = prefix + tuple(err.get("loc", ()))
+    path = _path(loc)
+    value = _lookup(document.doc, loc)
     if value is None:
         value = err.get("input")
     reason = str(err.get("msg", "invalid"))
@@ -786,8 +951,10 @@ def _from_validation(exc: ValidationError, raw: Any, prefix: tuple[Any, ...] = (
         reason = "unknown key"
     elif err.get("type") == "missing":
         reason = "required key is missing"
-    reason = reason.removeprefix("Value error, ")
-    return ConfigError(path, mask_secrets(path, value), mask_url(reason))
+    reason = mask_url(reason.removeprefix("Value error, "))
+    if loc in document.originals and not is_secret_key(path):
+        reason += f" (from {document.originals[loc]})"
+    return ConfigError(path, document.shown(loc, value), reason)
 
 
 # The sink's passthrough maps: values under secret-looking keys may be ${ENV} or file: references.
@@ -806,34 +973,22 @@ def _sink_secret_items(section: dict[str, Any]) -> Iterator[tuple[tuple[str, ...
 
 
 def resolve_sink_secrets(section: dict[str, Any]) -> dict[str, Any]:
-    """The ``sink:`` section with ``${ENV}``/``file:`` references resolved in the values of
-    secret-looking keys of ``catalog.properties`` and ``spark_conf`` (e.g. ``credential``,
-    ``token``, ``spark.hadoop.fs.s3a.secret.key``). Other values, such as a ``file:/`` warehouse,
-    are left alone. ConfigError names the key, never the secret.
+    """A copy of a ``sink:`` section taken from a parsed config.
+
+    :func:`parse_config` resolves the references of every value, the sink's included, so there is
+    nothing left to resolve (resolving again would undo a ``$${`` escape); kept for callers.
     """
-    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in section.items()}
-    if isinstance(out.get("catalog"), dict) and isinstance(out["catalog"].get("properties"), dict):
-        out["catalog"]["properties"] = dict(out["catalog"]["properties"])
-    for where, value in list(_sink_secret_items(out)):
-        node = out
-        for part in where[:-1]:
-            node = node[part]
-        try:
-            node[where[-1]] = resolve_secret(value)
-        except ValueError as exc:
-            path = "sink." + ".".join(where)
-            raise ConfigError(path, mask_secrets(path, value), str(exc)) from None
-    return out
+    return copy.deepcopy(section)
 
 
-def _check_sink(section: dict[str, Any]) -> Any:
+def _check_sink(section: dict[str, Any], document: _Document) -> Any:
     """Validate the ``sink:`` section (unknown keys, bad values) with ``sink.``-prefixed paths."""
     from sink.config import SinkConfig
 
     try:
         return SinkConfig.model_validate(section)
     except ValidationError as exc:
-        raise _from_validation(exc, section, ("sink",)) from None
+        raise _from_validation(exc, document, ("sink",)) from None
 
 
 def _check_entry(index: int, entry: TopicEntry, prefix: str) -> None:
@@ -876,15 +1031,19 @@ def parse_config(raw: Any, *, check_formats: bool = True) -> PipelineConfig:
     """Validate a parsed YAML document; ConfigError names the key path, value and reason."""
     if not isinstance(raw, dict):
         raise ConfigError("<root>", type(raw).__name__, "expected a mapping at the top level")
+    document = _resolve_document(raw)
+    if document.errors:
+        raise document.errors[0][1]
     try:
-        config = PipelineConfig.model_validate(raw)
+        config = PipelineConfig.model_validate(document.doc, context={_RESOLVED: True})
     except ValidationError as exc:
-        raise _from_validation(exc, raw) from None
+        raise _from_validation(exc, document) from None
     if config.sink is not None:
-        _check_sink(resolve_sink_secrets(config.sink))
+        _check_sink(config.sink, document)
     if check_formats:
         for index, entry in enumerate(config.topics):
             _check_entry(index, entry, config.topic_prefix)
+    config._reference_secrets = document.secrets()
     return config
 
 
