@@ -38,7 +38,6 @@ import contextlib
 import gc
 import logging
 import random
-import re
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +49,7 @@ from service.config import ErrorPolicy, OutputClient, PipelineConfig, TopicEntry
 from service.dlq import dead_letter
 from service.metrics import WorkerMetrics
 from service.output import BatchedOutput, Output, OutputProducer, Record
+from service.topics import valid_topic_name
 from transforms.decoders import Decoder, Message, create_decoder
 from transforms.envelope import EmitOptions, Event, OutRecord, TransactionEvent
 from transforms.errors import ConfigError, StateStoreError
@@ -75,8 +75,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("cdcnorm.worker")
-
-_INVALID_TOPIC_CHARS = re.compile(r"[^A-Za-z0-9._-]")
 
 Completion = Callable[[list[Event]], list[Event]]
 
@@ -313,8 +311,8 @@ class Normalizer:
             self.metrics.decode_seconds.observe_many(fmt, seconds)
 
     def output_topic(self, topic: str) -> str:
-        """A valid Kafka topic name: characters outside ``[A-Za-z0-9._-]`` become ``_``
-        (as Debezium's topic naming does), at most 249 characters.
+        """``topic`` as a valid Kafka topic name (:func:`service.topics.valid_topic_name`, the
+        rule ``cdcnorm transform`` applies too), cached.
 
         >>> Normalizer.__new__(Normalizer).output_topic("p.$db.t")
         'p._db.t'
@@ -322,9 +320,7 @@ class Normalizer:
         cache: dict[str, str] = self.__dict__.setdefault("topic_names", {})
         safe = cache.get(topic)
         if safe is None:
-            safe = _INVALID_TOPIC_CHARS.sub("_", topic)[:249] or "_"
-            if safe in (".", ".."):
-                safe = "_"
+            safe = valid_topic_name(topic)
             if len(cache) < 100_000:
                 cache[topic] = safe
         return safe

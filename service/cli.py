@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO
 
@@ -17,9 +18,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from service.topics import DEFAULT_SOURCE_TOPIC, is_valid_topic_name, source_topic_for_file, valid_topic_name
 from transforms.decoders import DECODERS, Message, create_decoder, decoder_class
 from transforms.envelope import EmitOptions
-from transforms.errors import CdcnormError, ConfigError
+from transforms.errors import ConfigError
 from transforms.options import describe_options
 from transforms.pipeline import Pipeline
 
@@ -54,10 +56,34 @@ def _open_input(path: str) -> BinaryIO:
 @app.command()
 def transform(
     file: Annotated[str, typer.Argument(help="Input file, one message per line ('-' for stdin).")] = "-",
-    format_id: Annotated[str, typer.Option("--format", "-f", help="Input format id (see `cdcnorm formats`).")] = "auto",
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", "-c",
+            help="Pipeline YAML: run its topics[] entry for --source-topic exactly as the worker does "
+            "(format, options, key_columns, transforms, topic_template, tombstones, ...).",
+        ),
+    ] = None,
+    source_topic: Annotated[
+        str | None,
+        typer.Option(
+            "--source-topic", "--topic", "-t",
+            help="The Kafka topic the messages come from: it picks the --config entry and, as in the worker, "
+            "names the table of a message that names none. Default: FILE's stem as a topic name "
+            f"('{DEFAULT_SOURCE_TOPIC}' for stdin); required with --config.",
+        ),
+    ] = None,
+    format_id: Annotated[
+        str | None, typer.Option("--format", "-f", help="Input format id (see `cdcnorm formats`). Default: auto.")
+    ] = None,
     option: Annotated[list[str] | None, typer.Option("--option", "-o", help="Format option KEY=VALUE.")] = None,
-    topic_prefix: Annotated[str, typer.Option("--topic-prefix", help="Logical server name / topic prefix.")] = "cdcnorm",
-    tombstones: Annotated[bool, typer.Option("--tombstones/--no-tombstones", help="Emit a tombstone after each delete.")] = True,
+    topic_prefix: Annotated[
+        str | None, typer.Option("--topic-prefix", help="Logical server name / topic prefix. Default: cdcnorm.")
+    ] = None,
+    tombstones: Annotated[
+        bool | None,
+        typer.Option("--tombstones/--no-tombstones", help="Emit a tombstone after each delete. Default: on."),
+    ] = None,
     key_lines: Annotated[
         bool,
         typer.Option(
@@ -68,21 +94,57 @@ def transform(
 ) -> None:
     """Decode messages offline and print canonical records as JSON lines.
 
+    With --config, the messages go through the worker's own pipeline of the entry that handles
+    --source-topic (the worker drops transaction records unless the entry sets
+    transaction_metadata); else through the decoder of --format and --option. Either way the source
+    topic names the table of a message that names none, and output topics are made valid topic
+    names, as in the worker.
+
     Binary formats (dts-avro, qlik-avro) take one base64 message per line. A line that fails
     prints a JSON error on stderr and processing goes on; the exit code is 2 if any line failed.
     With --key-lines each message is two lines, its key and then its value, as `cdcnorm tail`
     and Kafka tools print them; a Debezium key names the key columns of a table.
     """
-    try:
-        decoder = create_decoder(format_id, parse_kv(option))
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from exc
-    pipeline = Pipeline(
-        decoder,
-        EmitOptions(prefix=topic_prefix, decimal_mode=decoder.options.decimal_handling_mode, tombstones=tombstones),
-    )
-    binary = decoder.binary
+    flags = {"--format": format_id, "--option": option, "--topic-prefix": topic_prefix, "--tombstones": tombstones}
+    if config is not None:
+        given = [flag for flag, value in flags.items() if value is not None]
+        if given:
+            typer.echo(f"error: {', '.join(given)} cannot be combined with --config: the config entry sets them", err=True)
+            raise typer.Exit(1)
+        if source_topic is None:
+            typer.echo("error: --config needs --source-topic (--topic): the source topic picks the entry", err=True)
+            raise typer.Exit(1)
+    topic = source_topic if source_topic is not None else source_topic_for_file(file)
+    if not is_valid_topic_name(topic):
+        typer.echo(f"error: --source-topic={topic}: not a valid Kafka topic name (letters, digits, '.', '_', '-')",
+                   err=True)
+        raise typer.Exit(1)
+    pipeline: Pipeline
+    output_topic: Callable[[str], str]
+    if config is not None:
+        from service.app import Normalizer
+        from service.config import load_config
+
+        try:
+            normalizer = Normalizer(load_config(config))
+        except ConfigError as exc:
+            raise _config_error(exc) from exc
+        runtime = normalizer.runtime_for(topic)
+        if runtime is None:
+            typer.echo(f"error: no topics[] entry of {config} handles source topic {topic!r}", err=True)
+            raise typer.Exit(1)
+        pipeline, output_topic, format_id = runtime.pipeline, normalizer.output_topic, runtime.format_id
+    else:
+        format_id = format_id or "auto"
+        try:
+            decoder = create_decoder(format_id, parse_kv(option))
+        except ConfigError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from exc
+        emit = EmitOptions(prefix=topic_prefix or "cdcnorm", decimal_mode=decoder.options.decimal_handling_mode,
+                           tombstones=tombstones is not False)
+        pipeline, output_topic = Pipeline(decoder, emit), valid_topic_name
+    binary = pipeline.decoder.binary
     failed = 0
     out = sys.stdout.buffer
     err = sys.stderr.buffer
@@ -101,17 +163,18 @@ def transform(
                 continue  # a tombstone: the emitter writes its own after each delete
             try:
                 payload = _b64line(line, number) if binary else line
-                records = pipeline.process(Message(value=payload, key=key, topic=file, offset=number - 1))
-            except CdcnormError as exc:
+                records = pipeline.process(Message(value=payload, key=key, topic=topic, offset=number - 1))
+            except Exception as exc:  # as the worker: any failure of a message is that message's
                 failed += 1
                 err.write(
                     orjson.dumps({"line": number, "error": str(exc), "error_class": type(exc).__name__}) + b"\n"
                 )
                 continue
             for record in records:
-                out.write(record.to_json_line() + b"\n")
+                out.write(orjson.dumps({"topic": output_topic(record.topic), "key": record.key, "value": record.value})
+                          + b"\n")
     out.flush()
-    detected = getattr(decoder, "detected", None) if format_id == "auto" else None
+    detected = getattr(pipeline.decoder, "detected", None) if format_id == "auto" else None
     if detected is not None:
         err.write(orjson.dumps({"detected": dict(detected)}) + b"\n")
         err.flush()

@@ -71,3 +71,135 @@ def test_readme_chain_example_builds() -> None:
     specs = yaml.safe_load(block.group(1))["transforms"]
     chain = build_chain(specs, emit_options=EmitOptions())
     assert len(chain) == len(specs)
+
+
+# ----------------------------------------------------------------------------- the worker's pipeline
+
+NO_TABLE = orjson.dumps({
+    "data": [{"id": "7", "name": "x"}], "isDdl": False, "type": "INSERT", "es": 1700000000000, "ts": 1700000000001,
+    "pkNames": ["id"], "mysqlType": {"id": "int", "name": "varchar(10)"}, "sqlType": {"id": 4, "name": 12},
+})
+"""A Canal message that names no database and no table: the source topic names its table."""
+
+
+def _worker_records(config: dict[str, object], topic: str, values: list[bytes]) -> list[dict[str, object]]:
+    """What the worker's Normalizer makes of ``values`` consumed from ``topic``, as transform prints it."""
+    from service.app import Normalizer
+    from service.config import parse_config
+    from transforms.decoders import Message
+
+    normalizer = Normalizer(parse_config(config))
+    runtime = normalizer.runtime_for(topic)
+    assert runtime is not None
+    out = []
+    for offset, value in enumerate(values):
+        outcome = normalizer.process(Message(value, None, topic, 0, offset), runtime)
+        assert outcome.dlq is None
+        out += [{"topic": normalizer.output_topic(r.topic), "key": r.key, "value": r.value} for r in outcome.records]
+    return out
+
+
+def test_the_source_topic_names_a_table_the_message_does_not_name(tmp_path: Path) -> None:
+    path = tmp_path / "orders 2024.txt"
+    path.write_bytes(NO_TABLE + b"\n")
+    by_file = _run("transform", "--format", "canal-json", "--topic-prefix", "par", str(path))
+    assert by_file.returncode == 0, by_file.stderr
+    record = orjson.loads(by_file.stdout.splitlines()[0])
+    assert record["topic"] == "par.default.orders_2024"  # the file's stem, never its path
+    assert record["value"]["payload"]["source"]["table"] == "orders_2024"
+
+    named = _run("transform", "--format", "canal-json", "--source-topic", "shop-orders", str(path))
+    assert orjson.loads(named.stdout.splitlines()[0])["topic"] == "cdcnorm.default.shop-orders"
+    stdin = _run("transform", "--format", "canal-json", "-", stdin=NO_TABLE + b"\n")
+    assert orjson.loads(stdin.stdout.splitlines()[0])["topic"] == "cdcnorm.default.cdcnorm-transform"
+
+    # the worker, consuming the same message from topic shop-orders, writes the same records
+    worker = _worker_records({"topics": [{"name": "shop-orders", "format": "canal-json"}]}, "shop-orders", [NO_TABLE])
+    assert [orjson.loads(x) for x in named.stdout.splitlines()] == worker
+
+
+def test_an_invalid_source_topic_is_refused() -> None:
+    proc = _run("transform", "--format", "canal-json", "--source-topic", "a/b", "-", stdin=b"")
+    assert proc.returncode == 1 and b"--source-topic=a/b: not a valid Kafka topic name" in proc.stderr
+
+
+def test_output_topics_are_valid_topic_names_as_the_worker_makes_them() -> None:
+    message = orjson.loads(NO_TABLE)
+    message.update(database="my db", table="t$1")
+    proc = _run("transform", "--format", "canal-json", "-", stdin=orjson.dumps(message) + b"\n")
+    assert proc.returncode == 0, proc.stderr
+    assert orjson.loads(proc.stdout.splitlines()[0])["topic"] == "cdcnorm.my_db.t_1"
+
+
+PIPELINE = {
+    "topic_prefix": "lake",
+    "topics": [
+        {"name": "other", "format": "maxwell-json"},
+        {
+            "pattern": "shop-.*",
+            "format": "canal-json",
+            "options": {"decimal.handling.mode": "string"},
+            "key_columns": {"shop-eu": ["name"]},
+            "transforms": [{"type": "mask", "fields": "email"}, {"type": "insert-field", "static.field": "region",
+                                                               "static.value": "eu"}],
+            "topic_template": "{prefix}.cdc.{table}",
+            "tombstones": False,
+        },
+    ],
+}
+
+
+def test_config_runs_the_entry_of_the_source_topic_as_the_worker_does(tmp_path: Path) -> None:
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(yaml.safe_dump(PIPELINE))
+    lines = [*(ROOT / "tests/data/canal-json/seed-delete.txt").read_bytes().strip().splitlines(), NO_TABLE]
+    source = tmp_path / "in.txt"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    proc = _run("transform", "--config", str(config), "--topic", "shop-eu", str(source))
+    assert proc.returncode == 0, proc.stderr
+    printed = [orjson.loads(x) for x in proc.stdout.splitlines()]
+    assert printed == _worker_records(PIPELINE, "shop-eu", lines)
+    assert [r["topic"] for r in printed] == ["lake.cdc.tablename", "lake.cdc.shop-eu"]  # template; no tombstone
+    assert printed[1]["key"]["payload"] == {"name": "x"}  # key_columns
+    assert printed[1]["value"]["payload"]["after"]["region"] == "eu"  # the chain
+
+    keyed = tmp_path / "keyed.txt"
+    keyed.write_bytes(b'{"id": 7}\n' + NO_TABLE + b"\n")
+    proc = _run("transform", "--config", str(config), "-t", "shop-eu", "--key-lines", str(keyed))
+    assert proc.returncode == 0, proc.stderr
+    assert [orjson.loads(x) for x in proc.stdout.splitlines()] == printed[1:]
+
+
+def test_config_mistakes_are_one_line_errors(tmp_path: Path) -> None:
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(yaml.safe_dump(PIPELINE))
+    cases = {
+        ("--config", str(config)): b"--config needs --source-topic",
+        ("--config", str(config), "--topic", "nobody"): b"no topics[] entry of",
+        ("--config", str(config), "--topic", "other", "--format", "canal-json"): b"--format cannot be combined",
+    }
+    for args, message in cases.items():
+        proc = _run("transform", *args, "-", stdin=b"")
+        assert proc.returncode == 1 and message in proc.stderr, (args, proc.stderr)
+        assert len(proc.stderr.splitlines()) == 1
+    config.write_text(yaml.safe_dump({"topics": [{"name": "src", "format": "canal-json", "colour": 1}]}))
+    proc = _run("transform", "--config", str(config), "--topic", "src", "-", stdin=b"")
+    assert proc.returncode == 1 and proc.stderr.startswith(b"topics[0].colour=1: unknown key")
+
+
+def test_transaction_records_as_the_config_entry_says(tmp_path: Path) -> None:
+    data = ROOT / "tests/data/dts-avro/oracle-txn.txt"
+
+    def statuses(*flags: str) -> list[str]:
+        proc = _run("transform", *flags, str(data))
+        assert proc.returncode == 0, proc.stderr
+        values = [orjson.loads(x)["value"] for x in proc.stdout.splitlines()]
+        return [v["payload"]["status"] for v in values if v and "status" in v["payload"]]
+
+    assert statuses("--format", "dts-avro") == ["BEGIN", "END"]  # every record the decoder makes
+    config = tmp_path / "pipeline.yaml"
+    entry = {"name": "txn", "format": "dts-avro"}
+    config.write_text(yaml.safe_dump({"topics": [entry]}))
+    assert statuses("--config", str(config), "--topic", "txn") == []  # the worker's default drops them
+    config.write_text(yaml.safe_dump({"topics": [{**entry, "transaction_metadata": True}]}))
+    assert statuses("--config", str(config), "--topic", "txn") == ["BEGIN", "END"]
