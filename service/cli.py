@@ -36,6 +36,33 @@ app = typer.Typer(
 )
 
 
+def package_version() -> str:
+    """The installed ``cdcnorm`` distribution's version (``unknown`` when run from a bare checkout)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("cdcnorm")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        formats = [fid for fid in DECODERS if fid != "auto"]
+        typer.echo(f"cdcnorm {package_version()} ({len(formats)} input formats + auto)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Normalize vendor CDC streams into canonical Debezium-envelope JSON."""
+
+
 def parse_kv(items: list[str] | None, what: str = "--option") -> dict[str, str]:
     """``KEY=VALUE`` strings into a dict; ConfigError on a malformed item."""
     out: dict[str, str] = {}
