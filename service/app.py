@@ -291,15 +291,19 @@ class Normalizer:
                 ) from exc
             letter = dead_letter(message, exc, runtime.dlq_topic, fmt, self.config.worker.app_id)
             self.metrics.dlq.labels(message.topic, fmt, type(exc).__name__).inc()
+            error_class, field_name = type(exc).__name__, getattr(exc, "field", None)
             log.warning(
                 "dead-letter topic=%s partition=%s offset=%s format=%s error_class=%s field=%s dlq=%s",
                 message.topic,
                 message.partition,
                 message.offset,
                 fmt,
-                type(exc).__name__,
-                getattr(exc, "field", None),
+                error_class,
+                field_name,
                 runtime.dlq_topic,
+                extra={"topic": message.topic, "partition": message.partition, "offset": message.offset,
+                       "format": fmt, "error_class": error_class, "field": field_name,
+                       "dlq_topic": runtime.dlq_topic},
             )
             log.debug("dead-letter detail: %s", exc)
             return Outcome([], (letter.topic, letter.key, letter.value, letter.headers), type(exc).__name__)
@@ -599,6 +603,8 @@ def _log_fatal_message(message: Message, exc: FatalMessageError) -> None:
         "error_class=%s field=%s; the offset is not committed",
         message.topic, message.partition, message.offset, type(exc.__cause__).__name__,
         getattr(exc.__cause__, "field", None),
+        extra={"topic": message.topic, "partition": message.partition, "offset": message.offset,
+               "error_class": type(exc.__cause__).__name__, "field": getattr(exc.__cause__, "field", None)},
     )
     # the reason can quote data values: only at DEBUG (no payloads in logs at INFO)
     log.debug("failure detail: %s", exc.__cause__)
@@ -628,6 +634,8 @@ async def normalize_with_retry(
                 log.warning(
                     "state store unavailable, pausing topic=%s partition=%s offset=%s attempt=%d retry_in=%.1fs error=%s",
                     message.topic, message.partition, message.offset, attempt, delay, error,
+                    extra={"topic": message.topic, "partition": message.partition, "offset": message.offset,
+                           "error_class": type(error).__name__},
                 )
             await asyncio.sleep(delay * (0.8 + 0.4 * random.random()))
             delay = min(delay * 2, cfg.retry_max_s)
@@ -908,15 +916,18 @@ def run_worker(config: PipelineConfig, *, web_port: int | None = None) -> int:
 
     if web_port is not None:
         config = config.model_copy(update={"web": config.web.model_copy(update={"port": web_port})})
+    from service.logs import configure_logging
+
     level = config.worker.log_level
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(level)  # text or JSON (--log-format, CDCNORM_LOG_FORMAT); Faust keeps it
     state = WorkerState()
 
     def stop_process(exc: BaseException) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
 
     app = create_app(config, state=state, on_fatal=stop_process)
-    worker = faust.Worker(app, loglevel=level.lower(), quiet=True, redirect_stdouts=False)
+    worker = faust.Worker(app, loglevel=level.lower(), quiet=True, redirect_stdouts=False, override_logging=False)
+    worker.spinner = None  # no terminal spinner codes among the log lines
     quiet_library_loggers(logging.getLevelName(level))
     log.info(
         "worker starting app_id=%s brokers=%s topics=%d web_port=%s",
