@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlsplit
 
 import expandvars
+import orjson
 import yaml
 from pydantic import (
     AfterValidator,
@@ -51,13 +52,14 @@ from pydantic import (
     model_validator,
 )
 
-from transforms.errors import ConfigError
+from transforms.errors import CdcnormError, ConfigError
 
 if TYPE_CHECKING:
     import ssl
 
 __all__ = [
     "BrokerConfig",
+    "ConfigErrors",
     "ErrorPolicy",
     "OutputClient",
     "PipelineConfig",
@@ -69,6 +71,8 @@ __all__ = [
     "TopicEntry",
     "WebConfig",
     "WorkerConfig",
+    "build_chain_checked",
+    "format_config_error",
     "is_secret_key",
     "load_config",
     "mask_secrets",
@@ -939,22 +943,27 @@ def _resolve_document(raw: dict[str, Any]) -> _Document:
     return out
 
 
-def _from_validation(exc: ValidationError, document: _Document, prefix: tuple[Any, ...] = ()) -> ConfigError:
-    err = exc.errors()[0]
-    loc = prefix + tuple(err.get("loc", ()))
-    path = _path(loc)
-    value = _lookup(document.doc, loc)
-    if value is None:
-        value = err.get("input")
-    reason = str(err.get("msg", "invalid"))
-    if err.get("type") == "extra_forbidden":
-        reason = "unknown key"
-    elif err.get("type") == "missing":
-        reason = "required key is missing"
-    reason = mask_url(reason.removeprefix("Value error, "))
-    if loc in document.originals and not is_secret_key(path):
-        reason += f" (from {document.originals[loc]})"
-    return ConfigError(path, document.shown(loc, value), reason)
+def _validation_errors(
+    exc: ValidationError, document: _Document, prefix: tuple[Any, ...] = ()
+) -> list[tuple[tuple[Any, ...], ConfigError]]:
+    """Every error of a pydantic ValidationError, as (loc, ConfigError) with the key path."""
+    out = []
+    for err in exc.errors():
+        loc = prefix + tuple(err.get("loc", ()))
+        path = _path(loc)
+        value = _lookup(document.doc, loc)
+        if value is None:
+            value = err.get("input")
+        reason = str(err.get("msg", "invalid"))
+        if err.get("type") == "extra_forbidden":
+            reason = "unknown key"
+        elif err.get("type") == "missing":
+            reason = "required key is missing"
+        reason = mask_url(reason.removeprefix("Value error, "))
+        if loc in document.originals and not is_secret_key(path):
+            reason += f" (from {document.originals[loc]})"
+        out.append((loc, ConfigError(path, document.shown(loc, value), reason)))
+    return out
 
 
 # The sink's passthrough maps: values under secret-looking keys may be ${ENV} or file: references.
@@ -981,70 +990,196 @@ def resolve_sink_secrets(section: dict[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(section)
 
 
-def _check_sink(section: dict[str, Any], document: _Document) -> Any:
-    """Validate the ``sink:`` section (unknown keys, bad values) with ``sink.``-prefixed paths."""
+def _sink_errors(section: dict[str, Any], document: _Document) -> list[tuple[tuple[Any, ...], ConfigError]]:
+    """The problems of the ``sink:`` section (unknown keys, bad values), with ``sink.`` paths."""
     from sink.config import SinkConfig
 
     try:
-        return SinkConfig.model_validate(section)
+        SinkConfig.model_validate(section)
     except ValidationError as exc:
-        raise _from_validation(exc, document, ("sink",)) from None
+        return _validation_errors(exc, document, ("sink",))
+    return []
 
 
-def _check_entry(index: int, entry: TopicEntry, prefix: str) -> None:
-    """Validate what pydantic cannot: format options (through the decoder) and the chain."""
+def _entry_errors(index: int, entry: TopicEntry, prefix: str) -> list[tuple[tuple[Any, ...], ConfigError]]:
+    """What pydantic cannot check in a topic entry: the format options (through the decoder)
+    and every step of the chain; (loc, ConfigError) pairs."""
     from transforms.decoders import create_decoder
 
     where = f"topics[{index}]"
+    errors: list[tuple[tuple[Any, ...], ConfigError]] = []
     try:
         create_decoder(entry.format, entry.options)
     except ConfigError as exc:
         if exc.key == "format" and exc.value == entry.format:
-            raise ConfigError(f"{where}.format", entry.format, exc.reason) from None
-        key = f"{where}.options.{exc.key}"
-        raise ConfigError(key, mask_secrets(key, exc.value), exc.reason) from None
+            errors.append((("topics", index, "format"), ConfigError(f"{where}.format", entry.format, exc.reason)))
+        else:
+            key = f"{where}.options.{exc.key}"
+            errors.append((("topics", index, "options"), ConfigError(key, mask_secrets(key, exc.value), exc.reason)))
     if entry.transforms:
         from transforms.envelope import EmitOptions
 
-        build_chain_checked(entry.transforms, where, EmitOptions(prefix=prefix, topic_template=entry.topic_template))
+        emit_options = EmitOptions(prefix=prefix, topic_template=entry.topic_template)
+        for error in _chain_errors(entry.transforms, where, emit_options):
+            step = re.match(rf"{re.escape(where)}\.transforms\[(\d+)\]", error.key)
+            errors.append((("topics", index, "transforms", int(step.group(1)) if step else 0), error))
+    return errors
+
+
+def _chain_errors(specs: list[dict[str, Any]], where: str, emit_options: Any) -> list[ConfigError]:
+    """Every failing step of a chain (the steps are independent: each is built on its own)."""
+    try:
+        from transforms.smt.registry import build_chain
+    except ImportError:
+        return [ConfigError(f"{where}.transforms", f"{len(specs)} step(s)", "transform chains are not available in this build")]
+
+    def at(exc: ConfigError, index: int | None = None) -> ConfigError:
+        key = exc.key if exc.key.startswith("transforms") else f"transforms.{exc.key}"
+        if index is not None:
+            key = re.sub(r"^transforms\[0\]", f"transforms[{index}]", key)
+        path = f"{where}.{key}"
+        return ConfigError(path, mask_secrets(path, exc.value), exc.reason)
+
+    try:
+        build_chain(specs, emit_options=emit_options)
+    except ConfigError as first:
+        if not isinstance(specs, list):
+            return [at(first)]
+        errors = []
+        for index, spec in enumerate(specs):
+            try:
+                build_chain([spec], emit_options=emit_options)
+            except ConfigError as exc:
+                errors.append(at(exc, index))
+        return errors or [at(first)]
+    return []
 
 
 def build_chain_checked(specs: list[dict[str, Any]], where: str, emit_options: Any = None) -> Any:
-    """``transforms.smt.registry.build_chain(specs)``; ConfigError under the ``where`` key path.
+    """``transforms.smt.registry.build_chain(specs)``; ConfigError under the ``where`` key path
+    (:class:`ConfigErrors` when several steps fail).
 
     ``where`` is the topic entry's path (``topics[2]``); the registry's own key
     (``transforms[0].type``) is appended to it.
     """
-    try:
-        from transforms.smt.registry import build_chain
-    except ImportError as exc:
-        raise ConfigError(f"{where}.transforms", f"{len(specs)} step(s)", "transform chains are not available in this build") from exc
-    try:
-        return build_chain(specs, emit_options=emit_options)
-    except ConfigError as exc:
-        key = exc.key if exc.key.startswith("transforms") else f"transforms.{exc.key}"
-        path = f"{where}.{key}"
-        raise ConfigError(path, mask_secrets(path, exc.value), exc.reason) from None
+    errors = _chain_errors(specs, where, emit_options)
+    if errors:
+        raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
+    from transforms.smt.registry import build_chain
+
+    return build_chain(specs, emit_options=emit_options)
+
+
+def format_config_error(error: ConfigError) -> str:
+    """One error as a line: ``key=value: reason`` (a value that is not a string as JSON).
+
+    >>> format_config_error(ConfigError("topics[1].format", "foo", "unknown format"))
+    'topics[1].format=foo: unknown format'
+    """
+    value = error.value if isinstance(error.value, str) else orjson.dumps(error.value, default=str).decode()
+    return f"{error.key}={value}: {error.reason}"
+
+
+class ConfigErrors(ConfigError):
+    """Every problem of one config, found in one pass; ``errors`` lists them in document order.
+
+    ``key`` and ``value`` are the first error's; ``reason`` is its reason followed by one
+    ``key=value: reason`` line per further error, so code that prints a ConfigError as
+    ``f"{key}={value}: {reason}"`` prints the whole list, one error per line.
+
+    >>> errors = ConfigErrors([ConfigError("a", 1, "bad"), ConfigError("b", "x", "worse")])
+    >>> print(f"{errors.key}={errors.value}: {errors.reason}")
+    a=1: bad
+    b=x: worse
+    """
+
+    def __init__(self, errors: Iterable[ConfigError]) -> None:
+        self.errors = list(errors)
+        if not self.errors:
+            raise ValueError("ConfigErrors needs at least one error")
+        first = self.errors[0]
+        self.key, self.value = first.key, first.value
+        self.reason = "\n".join([first.reason, *(format_config_error(e) for e in self.errors[1:])])
+        lines = "\n".join(f"  {format_config_error(e)}" for e in self.errors)
+        CdcnormError.__init__(self, f"invalid config: {len(self.errors)} errors\n{lines}")
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.errors,))
 
 
 def parse_config(raw: Any, *, check_formats: bool = True) -> PipelineConfig:
-    """Validate a parsed YAML document; ConfigError names the key path, value and reason."""
+    """Validate a parsed YAML document.
+
+    Every problem is reported at once: unresolved references, every pydantic error, the sink
+    section's, and (with ``check_formats``) each topic entry's format options and transform
+    steps. One problem raises a ConfigError naming the key path, the value (masked when
+    secret) and the reason; several raise :class:`ConfigErrors` listing each, in document order.
+    """
     if not isinstance(raw, dict):
         raise ConfigError("<root>", type(raw).__name__, "expected a mapping at the top level")
     document = _resolve_document(raw)
-    if document.errors:
-        raise document.errors[0][1]
+    doc = document.doc
+    problems: list[tuple[tuple[Any, ...], ConfigError]] = []
+    config: PipelineConfig | None = None
     try:
-        config = PipelineConfig.model_validate(document.doc, context={_RESOLVED: True})
+        config = PipelineConfig.model_validate(doc, context={_RESOLVED: True})
     except ValidationError as exc:
-        raise _from_validation(exc, document) from None
-    if config.sink is not None:
-        _check_sink(config.sink, document)
+        problems += _validation_errors(exc, document)
+    if isinstance(doc.get("sink"), dict):
+        problems += _sink_errors(doc["sink"], document)
     if check_formats:
-        for index, entry in enumerate(config.topics):
-            _check_entry(index, entry, config.topic_prefix)
+        prefix = config.topic_prefix if config is not None else str(doc.get("topic_prefix", "cdcnorm"))
+        for index, entry in _valid_entries(config, doc):
+            problems += _entry_errors(index, entry, prefix)
+    # a value whose reference failed is still as written: what fails on it is that failure
+    failed = [e.key for _, e in document.errors]
+    problems = document.errors + [(loc, e) for loc, e in problems if not any(_under(e.key, f) for f in failed)]
+    if problems:
+        ranked = sorted(enumerate(problems), key=lambda item: (_document_order(raw, item[1][0]), item[0]))
+        errors = [e for _, (_, e) in ranked]
+        raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
+    assert config is not None
     config._reference_secrets = document.secrets()
     return config
+
+
+def _valid_entries(config: PipelineConfig | None, doc: dict[str, Any]) -> Iterator[tuple[int, TopicEntry]]:
+    """The topic entries that pass the model (those that do not are reported already)."""
+    if config is not None:
+        yield from enumerate(config.topics)
+        return
+    entries = doc.get("topics")
+    if not isinstance(entries, list):
+        return
+    for index, raw in enumerate(entries):
+        try:
+            yield index, TopicEntry.model_validate(raw, context={_RESOLVED: True})
+        except ValidationError:
+            continue
+
+
+def _document_order(raw: Any, loc: tuple[Any, ...]) -> tuple[int, ...]:
+    """Where ``loc`` is in the document: the position of each of its keys (or list indexes)
+    as far as the document has them; a root-level problem comes last."""
+    if not loc:
+        return (len(raw) if isinstance(raw, dict) else 0,)
+    order = []
+    node = raw
+    for part in loc:
+        if isinstance(node, dict):
+            keys = list(node)
+            order.append(keys.index(part) if part in keys else len(keys))
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int):
+            order.append(part)
+            node = node[part] if 0 <= part < len(node) else None
+        else:
+            break
+    return tuple(order)
+
+
+def _under(path: str, parent: str) -> bool:
+    return path == parent or path.startswith((parent + ".", parent + "["))
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
