@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from service.logs import LOG_FORMAT_ENV, LogFormat, configure_logging
 from service.topics import DEFAULT_SOURCE_TOPIC, is_valid_topic_name, source_topic_for_file, valid_topic_name
 from transforms.decoders import DECODERS, Message, create_decoder, decoder_class
 from transforms.envelope import EmitOptions
@@ -59,8 +60,21 @@ def _options(
         bool,
         typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit."),
     ] = False,
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(
+            "--log-format", envvar=LOG_FORMAT_ENV, case_sensitive=False,
+            help="Log lines on stderr as text, or as one JSON object each (level, logger, message, time, "
+            "and topic, partition, offset, error_class ... where known).",
+        ),
+    ] = LogFormat.TEXT,
 ) -> None:
     """Normalize vendor CDC streams into canonical Debezium-envelope JSON."""
+    try:
+        configure_logging(log_format=log_format)
+    except ImportError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
 
 
 def parse_kv(items: list[str] | None, what: str = "--option") -> dict[str, str]:
@@ -434,11 +448,9 @@ def sink(
     max_batches: Annotated[int | None, typer.Option("--max-batches", help="Stop after N non-empty batches.")] = None,
 ) -> None:
     """Run the PySpark micro-batch sink: normalized topics into Iceberg tables."""
-    import logging
-
     from sink.main import run_sink
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging("INFO")
     try:
         code = run_sink(config, once=once, max_batches=max_batches)
     except ConfigError as exc:
