@@ -76,7 +76,7 @@ def test_negate_inverts_in_chain() -> None:
         ({"type": "table-matches", "regex": "("}, "transforms[0].predicate.regex"),
         ({"type": "table-matches", "pattern": "x"}, "transforms[0].predicate.pattern"),
         ({"type": "is-schema-change", "x": 1}, "transforms[0].predicate.x"),
-        ({"type": "is-tombstone"}, "transforms[0].predicate.type"),
+        ({"type": "is-deleted"}, "transforms[0].predicate.type"),
         ({"regex": "x"}, "transforms[0].predicate.type"),
         ({"type": "has-header-key"}, "transforms[0].predicate.name"),
     ],

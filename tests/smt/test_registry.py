@@ -31,8 +31,11 @@ def test_every_registered_class_loads_and_is_named_as_registered() -> None:
 
 def test_config_docs_list_declared_keys() -> None:
     docs = {d.name: d for d in config_docs(transform_class("unwrap"))}
-    assert docs["delete.handling.mode"].default == "drop"
-    assert docs["drop.tombstones"].default is True
+    assert docs["delete.tombstone.handling.mode"].default == "drop"
+    assert docs["delete.tombstone.handling.mode"].type == "DeleteTombstoneHandling"
+    assert docs["delete.handling.mode"].type == "DeleteHandlingMode | None"
+    assert docs["delete.handling.mode"].description.startswith("Deprecated")
+    assert docs["drop.tombstones"].default is None
     assert docs["add.fields"].description
     assert config_docs(transform_class("route"))[-1].name == "replacement"
     assert {d.name for d in config_docs(transform_class("route"))} >= {"regex", "topic.prefix"}

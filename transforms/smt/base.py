@@ -9,6 +9,7 @@ applies is kept apart: a :class:`ChainStep` pairs a transform with an optional
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -20,9 +21,19 @@ __all__ = ["ChainStep", "Predicate", "SmtConfig", "Transform", "TransformChain"]
 
 
 class SmtConfig(BaseModel):
-    """Base of transform and predicate configs: unknown keys are errors."""
+    """Base of transform and predicate configs: unknown keys are errors.
+
+    ``key_spellings`` maps another accepted spelling of a key (Kafka Connect's or Debezium's
+    name for it) to the key; ``deprecated_keys`` maps a deprecated key to the key that replaces
+    it. The registry accepts either spelling but never both together, and logs a warning naming
+    the replacement for a deprecated one. A spelling that is not a declared key of its own is
+    read as the key it stands for.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    key_spellings: ClassVar[Mapping[str, str]] = {}
+    deprecated_keys: ClassVar[Mapping[str, str]] = {}
 
 
 class Transform(ABC):

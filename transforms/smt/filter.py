@@ -10,6 +10,9 @@ as in Kafka Connect. The optional conditions (all must hold) narrow it further:
 ``filter.type=exclude`` (default) drops the events that match; ``include`` keeps only them
 (Confluent's ``Filter`` spelling). An event a condition cannot judge (a transaction boundary
 against ``table.regex``, a schema change against ``ops``) passes through either way.
+
+Also named ``org.apache.kafka.connect.transforms.Filter``: without conditions, it drops every
+event its predicate matches, as Connect's does.
 """
 
 from __future__ import annotations

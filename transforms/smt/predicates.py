@@ -9,13 +9,24 @@ name                true for                                                    
 ``is-schema-change`` a schema-change event                                           -
 ``is-transaction``  a transaction boundary event                                    -
 ``has-header-key``  a change or row carrying a header named ``name``                ``name``
+``is-tombstone``    a row with a null value (what ``unwrap`` leaves of a delete)    -
 ==================  ==============================================================  ==========
 
 ``db`` in ``db.table`` is the database name, else the schema name (as in topic names).
+
+Kafka Connect's class names work too (see :data:`~transforms.smt.registry.PREDICATE_ALIASES`):
+``...predicates.TopicNameMatches`` (``pattern``, which ``topic-matches`` also accepts),
+``...predicates.RecordIsTombstone`` and ``...predicates.HasHeaderKey`` (``name``).
+
+The tombstone the emitter writes after each delete is made when the event is serialized, after
+the chain, so no predicate sees it: ``is-tombstone`` matches the null-valued rows of deletes
+that ``unwrap`` passes on (``delete.tombstone.handling.mode=tombstone`` or
+``delete-to-tombstone``). A topic's ``tombstones: false`` turns the emitter's off.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 from pydantic import Field, field_validator
@@ -36,6 +47,7 @@ __all__ = [
     "HasHeaderKey",
     "HasHeaderKeyConfig",
     "IsSchemaChange",
+    "IsTombstone",
     "IsTransaction",
     "OpIs",
     "OpIsConfig",
@@ -47,9 +59,11 @@ __all__ = [
 
 
 class TopicMatchesConfig(TopicNamingConfig):
-    """Config of :class:`TopicMatches`."""
+    """Config of :class:`TopicMatches`; ``pattern`` is Kafka Connect's spelling of ``regex``."""
 
-    regex: Regex = Field(..., description="Full-match regex on the destination topic.")
+    key_spellings: ClassVar[Mapping[str, str]] = {"pattern": "regex"}
+
+    regex: Regex = Field(..., min_length=1, description="Full-match regex on the destination topic.")
 
 
 class TopicMatches(Predicate):
@@ -159,3 +173,12 @@ class HasHeaderKey(Predicate):
             return False
         wanted = self.config.name
         return any(key == wanted for key, _ in event.headers)
+
+
+class IsTombstone(Predicate):
+    """True for rows with a null value (Kafka Connect ``RecordIsTombstone``)."""
+
+    name: ClassVar[str] = "is-tombstone"
+
+    def test(self, event: Event) -> bool:
+        return isinstance(event, RowEvent) and event.row is None

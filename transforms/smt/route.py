@@ -6,7 +6,8 @@ in Kafka Connect configs). A topic that does not match is left alone.
 
 The destination topic of a change or row is ``event.topic`` when an earlier step set it, else
 the emitter's topic template (see :class:`~transforms.smt.config_types.TopicNamingConfig`).
-Schema-change and transaction events pass through untouched.
+Schema-change and transaction events pass through untouched. Also named
+``org.apache.kafka.connect.transforms.RegexRouter``, with the same ``regex`` and ``replacement``.
 
 >>> from transforms.smt.registry import create_transform
 >>> route = create_transform("route", {"regex": r"(.*)\\.shard_\\d+", "replacement": "$1.all"})
