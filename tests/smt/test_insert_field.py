@@ -101,6 +101,16 @@ def test_other_events_pass() -> None:
         ({"add.fields": "a-b"}, "transforms[0].add.fields", "not a field name"),
         ({"add.fields": "op,op"}, "transforms[0].add.fields", "twice"),
         ({"static.field": "", "static.value": "x"}, "transforms[0].static.field", "at least 1"),
+        ({"static.field": "!", "static.value": "x"}, "transforms[0].static.field", "name is needed"),
+        ({"topic.field": "?"}, "transforms[0].topic.field", "name is needed"),
+        ({"partition.field": "p"}, "transforms[0].partition.field", "the Kafka partition is set when"),
+        ({"offset.field": "o"}, "transforms[0].offset.field", "the Kafka offset is set when"),
+        ({"timestamp.field": "t"}, "transforms[0].timestamp.field", "add.fields=ts_ms or source.ts_ms"),
+        (
+            {"topic.field": "t", "partition.field": "p"},
+            "transforms[0].partition.field",
+            "cannot be inserted",
+        ),
     ],
 )
 def test_config_errors(config: dict[str, object], key: str, reason: str) -> None:
@@ -108,3 +118,24 @@ def test_config_errors(config: dict[str, object], key: str, reason: str) -> None
         build_chain([{"type": "insert-field", **config}])
     assert info.value.key == key
     assert reason in info.value.reason
+
+
+def test_connect_field_specs_and_topic_field() -> None:
+    ins = make("insert-field", static__field="region!", static__value="eu", topic__field="src_topic?")
+    out = only(apply_pure(ins, change(topic="routed")))
+    assert out.after["region"] == "eu" and out.after["src_topic"] == "routed"
+    assert out.table.columns[-2:] == (
+        Column("region", ConnectType.STRING, False),
+        Column("src_topic", ConnectType.STRING, True),
+    )
+    chain = build_chain([{"type": "insert-field", "topic.field": "t"}], emit_options=EmitOptions(prefix="p"))
+    row = only(chain.apply([row_event()]))
+    assert row.row["t"] == "p.shop.orders"
+
+
+def test_connect_class_name_and_replace_null_with_default() -> None:
+    config = {"static.field": "region", "static.value": "eu", "replace.null.with.default": False}
+    connect = build_chain([{"type": "org.apache.kafka.connect.transforms.InsertField$Value", **config}])
+    ours = build_chain([{"type": "insert-field", **config}])
+    assert connect.steps[0].transform.config == ours.steps[0].transform.config
+    assert connect.apply([change()]) == ours.apply([change()])

@@ -130,9 +130,80 @@ def test_unmaskable_type_is_a_transform_error() -> None:
         ({"fields": ""}, "transforms[0].fields"),
         ({"fields": "a", "mode": "sha1"}, "transforms[0].mode"),
         ({"fields": "a", "replacement": 5}, "transforms[0].replacement"),
+        ({"fields": "a", "numeric.replacement": "maybe"}, "transforms[0].numeric.replacement"),
     ],
 )
 def test_config_errors(config: dict[str, object], key: str) -> None:
     with pytest.raises(ConfigError) as info:
         build_chain([{"type": "mask", **config}])
     assert info.value.key == key
+
+
+TYPED = TableSchema(
+    "d",
+    None,
+    "t",
+    (
+        Column("id", ConnectType.INT64, False),
+        Column("s", ConnectType.STRING),
+        Column("i8", ConnectType.INT8),
+        Column("i", ConnectType.INT32),
+        Column("f", ConnectType.FLOAT64),
+        Column.decimal("dec", 10, 2),
+        Column("b", ConnectType.BOOLEAN),
+    ),
+    ("id",),
+)
+TYPED_ROW = {"id": 1, "s": "x", "i8": 3, "i": 4, "f": 1.5, "dec": Decimal("3.14"), "b": True}
+MASKED = "s,i8,i,f,dec,b"
+
+
+def test_connect_class_name_masks_with_connect_defaults() -> None:
+    """Connect's MaskField without a replacement: the type's empty value, "" for strings."""
+    mask = build_chain([{"type": "org.apache.kafka.connect.transforms.MaskField$Value", "fields": MASKED}])
+    out = only(mask.apply([change("c", after=TYPED_ROW, table=TYPED)])).after
+    assert out == {"id": 1, "s": "", "i8": 0, "i": 0, "f": 0.0, "dec": Decimal(0), "b": False}
+
+
+def test_numeric_replacement_converts_to_each_type() -> None:
+    mask = make("mask", fields=MASKED, replacement="12", numeric__replacement=True)
+    out = only(apply_pure(mask, change("c", after=TYPED_ROW, table=TYPED))).after
+    assert out == {"id": 1, "s": "12", "i8": 12, "i": 12, "f": 12.0, "dec": Decimal(12), "b": False}
+    assert type(out["i"]) is int and type(out["f"]) is float
+    floats = make("mask", fields="f,dec", replacement="2.5", numeric__replacement=True)
+    assert only(floats.apply(change("c", after=TYPED_ROW, table=TYPED))).after["dec"] == Decimal("2.5")
+    # without numeric.replacement (our mask), numbers are 0 whatever the replacement
+    assert (
+        only(
+            make("mask", fields="i", replacement="12").apply(change("c", after=TYPED_ROW, table=TYPED))
+        ).after["i"]
+        == 0
+    )
+
+
+@pytest.mark.parametrize(
+    ("replacement", "fields", "reason"),
+    [
+        ("****", "i", "is not an int32 number"),
+        ("****", "f", "is not a number"),
+        ("****", "dec", "is not a number"),
+        ("2.5", "i", "is not an int32 number"),
+        ("300", "i8", "is not an int8 number"),
+        ("NaN", "f", "is not a number"),
+    ],
+)
+def test_numeric_replacement_must_suit_each_numeric_column(
+    replacement: str, fields: str, reason: str
+) -> None:
+    mask = make("mask", fields=fields, replacement=replacement, numeric__replacement=True)
+    with pytest.raises(TransformError, match=reason):
+        mask.apply(change("c", after=TYPED_ROW, table=TYPED))
+    # a string column takes any replacement
+    assert (
+        only(
+            make("mask", fields="s", replacement=replacement, numeric__replacement=True).apply(
+                change("c", after=TYPED_ROW, table=TYPED)
+            )
+        ).after["s"]
+        == replacement
+    )

@@ -114,7 +114,8 @@ def test_nested_columns_keep_their_types() -> None:
         ({"renames": "a:b,a:c"}, "transforms[0].renames", "more than once"),
         ({"exclude": "a", "renames": "a:b"}, "transforms[0].renames", "also excluded"),
         ({"include": "x", "renames": "a:b"}, "transforms[0].renames", "not in include"),
-        ({"blacklist": "a"}, "transforms[0].blacklist", "unknown key"),
+        ({"blacklist": "a", "exclude": "b"}, "transforms[0].blacklist", "another spelling of 'exclude'"),
+        ({"renames": "a:b:c"}, "transforms[0].renames", "expected 'old:new'"),
     ],
 )
 def test_config_errors(config: dict[str, object], key: str, reason: str) -> None:

@@ -14,6 +14,16 @@ a missing value into a present one. Columns a table does not have are ignored.
 
 A key column may only be masked with ``mode=hash`` and only when it is a string or bytes
 column: anything else would give every row the same key.
+
+With ``numeric.replacement=true`` numeric columns take ``replacement`` converted to their type
+(an integer column an integer in its range), as Kafka Connect's ``MaskField`` does; an empty
+replacement still gives ``0``, and one that is not such a number is an error for each record of
+a table that has such a masked column.
+
+Also named ``org.apache.kafka.connect.transforms.MaskField$Value``, with Connect's defaults:
+``replacement`` empty (strings become ``""``) and ``numeric.replacement=true``. Where Connect
+refuses a value (bytes always; booleans, dates, times and collections with a replacement),
+cdcnorm masks it as listed above.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from transforms.connect import ConnectType, TableSchema
+from transforms.connect import Column, ConnectType, TableSchema
 from transforms.envelope import ChangeEvent, Event, RowEvent
 from transforms.errors import TransformError
 from transforms.smt.base import SmtConfig, Transform
@@ -53,6 +63,17 @@ class MaskConfig(SmtConfig):
     replacement: str = Field("****", description="The value that replaces strings (mode=replace).")
     mode: MaskMode = Field(MaskMode.REPLACE, description="replace, or hash: SHA-256 hex of salt + value.")
     hash_salt: str = Field("", alias="hash.salt", description="Salt prepended to values before hashing.")
+    numeric_replacement: bool = Field(
+        False,
+        alias="numeric.replacement",
+        description="Numeric columns take the replacement converted to their type (Kafka Connect's) "
+        "instead of 0.",
+    )
+    replace_null_with_default: bool = Field(
+        True,
+        alias="replace.null.with.default",
+        description="Kafka Connect's option, accepted as is: cdcnorm column schemas carry no defaults.",
+    )
 
     @field_validator("fields")
     @classmethod
@@ -74,6 +95,9 @@ class MaskField(Transform):
         self._fields = frozenset(config.fields)
         self._salt = config.hash_salt.encode()
         self._hash = config.mode is MaskMode.HASH
+        self._number: Decimal | None = Decimal(0)
+        if config.numeric_replacement and config.replacement:
+            self._number = _as_number(config.replacement)
         self._tables: DerivedTableCache[TableSchema, frozenset[str]] = DerivedTableCache(self._targets)
 
     def _targets(self, table: TableSchema) -> frozenset[str]:
@@ -89,7 +113,29 @@ class MaskField(Transform):
                     f"masking key column {key!r} of {table.qualified_name} would give every row the same key; "
                     "only string or bytes key columns can be masked, with mode=hash",
                 )
+        for name in self._fields:
+            col = table.column(name)
+            if col is not None:
+                self._check_number(col, table)
         return self._fields
+
+    def _check_number(self, col: Column, table: TableSchema) -> None:
+        """Fail unless the numeric replacement suits numeric column ``col``."""
+        integer = col.logical is None and col.type in _INT_BOUNDS
+        floating = col.logical is None and col.type in (ConnectType.FLOAT32, ConnectType.FLOAT64)
+        number = self._number
+        if not (integer or floating or col.is_decimal) or (number is not None and not integer):
+            return
+        if number is not None:
+            low, high = _INT_BOUNDS[col.type]
+            if number == number.to_integral_value() and low <= number <= high:
+                return
+        what = f"an {col.type.value} number" if integer else "a number"
+        raise TransformError(
+            self.name,
+            f"replacement {self.config.replacement!r} is not {what}, so it cannot mask column "
+            f"{col.name!r} of {table.qualified_name} (numeric.replacement=true)",
+        )
 
     def mask(self, value: Any) -> Any:
         """The masked form of one value (``None`` and the unavailable placeholder pass through)."""
@@ -109,6 +155,15 @@ class MaskField(Transform):
         if self._hash:
             return hashlib.sha256(self._salt + value.encode()).hexdigest()
         return self.config.replacement
+
+    def _mask_int(self, value: int) -> int:
+        return int(self._number or 0)
+
+    def _mask_float(self, value: float) -> float:
+        return float(self._number or 0)
+
+    def _mask_decimal(self, value: Decimal) -> Decimal:
+        return self._number if self._number is not None else Decimal(0)
 
     def _mask_bytes(self, value: bytes) -> bytes:
         return hashlib.sha256(self._salt + value).digest() if self._hash else b""
@@ -143,9 +198,9 @@ _MASKERS: dict[type, Callable[[MaskField, Any], Any]] = {
     str: MaskField._mask_str,
     bytes: MaskField._mask_bytes,
     bool: lambda _, v: False,
-    int: lambda _, v: 0,
-    float: lambda _, v: 0.0,
-    Decimal: lambda _, v: Decimal(0),
+    int: MaskField._mask_int,
+    float: MaskField._mask_float,
+    Decimal: MaskField._mask_decimal,
     dt.datetime: _zero_datetime,
     dt.date: lambda _, v: EPOCH_DATE,
     dt.timedelta: lambda _, v: dt.timedelta(0),
@@ -155,3 +210,19 @@ _MASKERS: dict[type, Callable[[MaskField, Any], Any]] = {
     bytearray: lambda self, v: self._mask_bytes(bytes(v)),
 }
 """Masks by exact type, then by ``isinstance`` in this order (bool before int, datetime before date)."""
+
+_INT_BOUNDS: dict[ConnectType, tuple[int, int]] = {
+    ConnectType.INT8: (-(2**7), 2**7 - 1),
+    ConnectType.INT16: (-(2**15), 2**15 - 1),
+    ConnectType.INT32: (-(2**31), 2**31 - 1),
+    ConnectType.INT64: (-(2**63), 2**63 - 1),
+}
+
+
+def _as_number(text: str) -> Decimal | None:
+    """``text`` as a finite number, or ``None`` when it is not one."""
+    try:
+        number = Decimal(text.strip())
+    except ArithmeticError:
+        return None
+    return number if number.is_finite() else None

@@ -8,6 +8,10 @@ and ``include`` is empty or lists it; kept columns are then renamed by ``renames
 A renamed key column is renamed in the key too. Dropping a key column, or renaming onto a name
 the table already has, fails with a :class:`~transforms.errors.TransformError` for that table.
 Values move untouched, so ``__debezium_unavailable_value`` stays absent.
+
+Also named ``org.apache.kafka.connect.transforms.ReplaceField$Value``, with the same keys;
+Connect's deprecated ``blacklist`` / ``whitelist`` are read as ``exclude`` / ``include`` with a
+warning. Stricter than Connect: renaming a column that is dropped is a config error.
 """
 
 from __future__ import annotations
@@ -39,10 +43,10 @@ def _parse_renames(value: Any) -> Any:
     pairs = []
     for item in items:
         if isinstance(item, str):
-            old, sep, new = item.partition(":")
-            if not sep or not old.strip() or not new.strip():
+            parts = item.split(":")
+            if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
                 raise ValueError(f"expected 'old:new', found {item!r}")
-            pairs.append((old.strip(), new.strip()))
+            pairs.append((parts[0].strip(), parts[1].strip()))
         else:
             pairs.append(item)
     return tuple(pairs)
@@ -54,9 +58,16 @@ Renames = Annotated[tuple[tuple[str, str], ...], BeforeValidator(_parse_renames)
 class ReplaceFieldConfig(SmtConfig):
     """Config of :class:`ReplaceField`."""
 
+    deprecated_keys: ClassVar[Mapping[str, str]] = {"blacklist": "exclude", "whitelist": "include"}
+
     exclude: CommaList = Field((), description="Columns to drop.")
     include: CommaList = Field((), description="Columns to keep; empty keeps all (minus exclude).")
     renames: Renames = Field((), description="Renames as 'old:new' pairs, comma-separated.")
+    replace_null_with_default: bool = Field(
+        True,
+        alias="replace.null.with.default",
+        description="Kafka Connect's option, accepted as is: cdcnorm column schemas carry no defaults.",
+    )
 
     @field_validator("renames")
     @classmethod
