@@ -34,8 +34,7 @@ CHAIN: list[dict[str, Any]] = [
     {"type": "mask", "fields": "email,balance"},
     {
         "type": "unwrap",
-        "delete.handling.mode": "rewrite",
-        "drop.tombstones": False,
+        "delete.tombstone.handling.mode": "rewrite-with-tombstone",
         "add.fields": "op,source.ts_ms",
     },
 ]
@@ -69,9 +68,9 @@ VALUE_SCHEMA = {
             "version": 1,
             "field": "created",
         },
+        {"type": "string", "optional": True, "field": "__deleted"},
         {"type": "string", "optional": True, "field": "__op"},
         {"type": "int64", "optional": True, "field": "__source_ts_ms"},
-        {"type": "string", "optional": True, "field": "__deleted"},
     ],
     "optional": True,
     "name": "shop.shop.customers.Value",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from tests.smt.samples import NON_DATA, ORDERS, TX, apply_pure, change, make, on
 from transforms.connect import ConnectType
 from transforms.envelope import ChangeEvent, EmitOptions, Event, Operation, RowEvent, emit
 from transforms.errors import ConfigError, TransformError
-from transforms.smt import build_chain
+from transforms.smt import build_chain, create_transform
 from transforms.values import UNAVAILABLE
 
 PLAIN = EmitOptions(schemas=False)
@@ -30,31 +31,119 @@ def test_insert_update_snapshot_become_after_rows() -> None:
     assert _records([only(unwrap.apply(change("u")))]) == [({"id": 1}, {**row(), "amount": "A+c="})]
 
 
-@pytest.mark.parametrize(
-    ("mode", "drop_tombstones", "expected"),
-    [
-        ("drop", True, []),
-        ("drop", False, [({"id": 1}, None)]),
-        ("none", True, [({"id": 1}, None)]),
-        ("none", False, [({"id": 1}, None)]),
-        ("rewrite", True, [({"id": 1}, "deleted-row")]),
-        ("rewrite", False, [({"id": 1}, "deleted-row"), ({"id": 1}, None)]),
-    ],
-)
-def test_delete_handling(mode: str, drop_tombstones: bool, expected: list[tuple[Any, Any]]) -> None:
-    unwrap = make("unwrap", delete__handling__mode=mode, drop__tombstones=drop_tombstones)
-    out = apply_pure(unwrap, change("d"))
-    deleted_row = {**row(note="old"), "amount": "A+c=", "__deleted": "true"}
-    assert _records(out) == [(k, deleted_row if v == "deleted-row" else v) for k, v in expected]
+DELETED_ROW = {**row(note="old"), "amount": "A+c=", "__deleted": "true"}
+TOMBSTONE = ({"id": 1}, None)
+REWRITTEN = ({"id": 1}, DELETED_ROW)
+
+# what a delete becomes under each mode: Debezium 3's DefaultDeleteHandlingStrategy, where the
+# null-valued record of `tombstone` is written as a tombstone (see the module's docstring)
+MODES = [
+    ("drop", []),
+    ("tombstone", [TOMBSTONE]),
+    ("rewrite", [REWRITTEN]),
+    ("rewrite-with-tombstone", [REWRITTEN, TOMBSTONE]),
+    ("delete-to-tombstone", [TOMBSTONE]),
+]
+
+
+@pytest.mark.parametrize(("mode", "expected"), MODES)
+def test_delete_tombstone_handling_mode(mode: str, expected: list[tuple[Any, Any]]) -> None:
+    unwrap = make("unwrap", delete__tombstone__handling__mode=mode)
+    assert _records(apply_pure(unwrap, change("d"))) == expected
+    created = only(unwrap.apply(change("c")))
+    assert ("__deleted" in created.row) == mode.startswith("rewrite")
+
+
+def test_mode_is_read_as_debezium_reads_it() -> None:
+    assert (
+        make("unwrap", delete__tombstone__handling__mode=" Rewrite ").config.delete_tombstone_handling_mode
+        == "rewrite"
+    )
+
+
+def test_delete_without_before_image_is_dropped_like_debezium() -> None:
+    event = ChangeEvent(Operation.DELETE, ORDERS, None, None, change().source)
+    for mode, _ in MODES:
+        out = make("unwrap", delete__tombstone__handling__mode=mode).apply(event)
+        assert [e.row for e in out if isinstance(e, RowEvent)] == (
+            [None] if mode == "rewrite-with-tombstone" else []
+        )
+
+
+def test_debezium_class_name_defaults_to_tombstone() -> None:
+    unwrap = create_transform("io.debezium.transforms.ExtractNewRecordState")
+    assert _records(unwrap.apply(change("d"))) == [TOMBSTONE]
+    assert make("unwrap").config.delete_tombstone_handling_mode == "drop"
+
+
+# Debezium 2.x (LegacyDeleteHandlingStrategy): delete.handling.mode x drop.tombstones
+LEGACY = [
+    ({}, "drop", []),
+    ({"delete.handling.mode": "drop"}, "drop", []),
+    ({"drop.tombstones": False}, None, [TOMBSTONE]),
+    ({"delete.handling.mode": "none"}, "tombstone", [TOMBSTONE]),
+    ({"delete.handling.mode": "none", "drop.tombstones": False}, None, [TOMBSTONE, TOMBSTONE]),
+    ({"delete.handling.mode": "rewrite"}, "rewrite", [REWRITTEN]),
+    (
+        {"delete.handling.mode": "rewrite", "drop.tombstones": "false"},
+        "rewrite-with-tombstone",
+        [REWRITTEN, TOMBSTONE],
+    ),
+    ({"delete.handling.mode": "drop", "drop.tombstones": True}, "drop", []),
+]
+
+
+@pytest.mark.parametrize(("legacy", "same_as", "expected"), LEGACY)
+def test_deprecated_delete_options(
+    legacy: dict[str, Any], same_as: str | None, expected: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="transforms.smt.registry"):
+        unwrap = only(build_chain([{"type": "unwrap", **legacy}]).steps).transform
+    assert sorted(r.getMessage() for r in caplog.records) == [
+        f"transforms[0].{key} is deprecated: use delete.tombstone.handling.mode instead"
+        for key in sorted(legacy)
+    ]
+    events = [change("d"), change("c"), change("u", before=row(1), after=row(2))]
+    out = _records([e for event in events for e in apply_pure(unwrap, event)])
+    assert out[: len(expected)] == expected
+    if same_as is not None:
+        new = make("unwrap", delete__tombstone__handling__mode=same_as)
+        assert out == _records([e for event in events for e in new.apply(event)])
+
+
+@pytest.mark.parametrize("legacy", [{"delete.handling.mode": "rewrite"}, {"drop.tombstones": False}])
+def test_old_and_new_mode_together_are_a_config_error(legacy: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_chain([{"type": "unwrap", "delete.tombstone.handling.mode": "rewrite", **legacy}])
+    (key,) = legacy
+    assert info.value.key == f"transforms[0].{key}"
+    assert "delete.tombstone.handling.mode" in info.value.reason
+    with pytest.raises(ConfigError):  # the class name too, whose default mode is not set here
+        build_chain(
+            [
+                {
+                    "type": "io.debezium.transforms.ExtractNewRecordState",
+                    "delete.tombstone.handling.mode": "drop",
+                    **legacy,
+                }
+            ]
+        )
+
+
+def test_legacy_keys_keep_the_debezium_class_default_off() -> None:
+    unwrap = create_transform(
+        "io.debezium.transforms.ExtractNewRecordState", {"delete.handling.mode": "rewrite"}
+    )
+    assert _records(unwrap.apply(change("d"))) == [REWRITTEN]
 
 
 def test_emitter_tombstones_option_still_applies() -> None:
-    out = make("unwrap", drop__tombstones=False).apply(change("d"))
+    out = make("unwrap", delete__tombstone__handling__mode="delete-to-tombstone").apply(change("d"))
     assert emit(out, EmitOptions(tombstones=False)) == []
 
 
 def test_rewrite_marks_other_rows_not_deleted() -> None:
-    out = only(make("unwrap", delete__handling__mode="rewrite").apply(change("c")))
+    out = only(make("unwrap", delete__tombstone__handling__mode="rewrite").apply(change("c")))
     assert out.row["__deleted"] == "false"
     assert out.table.column("__deleted").type is ConnectType.STRING
 
@@ -81,14 +170,15 @@ def test_add_fields() -> None:
 
 
 def test_rewritten_delete_has_added_fields_of_the_delete() -> None:
-    unwrap = make("unwrap", delete__handling__mode="rewrite", add__fields="op")
+    unwrap = make("unwrap", delete__tombstone__handling__mode="rewrite", add__fields="op")
     out = only(unwrap.apply(change("d")))
     assert out.row["__op"] == "d" and out.row["__deleted"] == "true" and out.deleted
+    assert [c.name for c in out.table.columns][-2:] == ["__deleted", "__op"]  # Debezium's order
 
 
 def test_key_change_becomes_delete_then_insert() -> None:
     event = change("u", before=row(1), after=row(2))
-    unwrap = make("unwrap", delete__handling__mode="rewrite", drop__tombstones=False, add__fields="op")
+    unwrap = make("unwrap", delete__tombstone__handling__mode="rewrite-with-tombstone", add__fields="op")
     out = apply_pure(unwrap, event)
     records = _records(out)
     assert [k for k, _ in records] == [{"id": 1}, {"id": 1}, {"id": 2}]
@@ -137,10 +227,87 @@ def test_topic_and_headers_carry_over() -> None:
         ({"drop.tombstones": "maybe"}, "transforms[0].drop.tombstones"),
         ({"add.fields": "topic"}, "transforms[0].add.fields"),
         ({"truncate.handling.mode": "keep"}, "transforms[0].truncate.handling.mode"),
-        ({"route.by.field": "x"}, "transforms[0].route.by.field"),
+        ({"delete.tombstone.handling.mode": "none"}, "transforms[0].delete.tombstone.handling.mode"),
+        ({"delete.handling.mode": "tombstone"}, "transforms[0].delete.handling.mode"),
+        ({"add.headers": "topic"}, "transforms[0].add.headers"),
+        ({"add.headers": "op,op"}, "transforms[0].add.headers"),
+        ({"add.fields": "op:a:b"}, "transforms[0].add.fields"),
+        ({"drop.fields.from.key": True}, "transforms[0].drop.fields.from.key"),
     ],
 )
 def test_config_errors(config: dict[str, object], key: str) -> None:
     with pytest.raises(ConfigError) as info:
         build_chain([{"type": "unwrap", **config}])
     assert info.value.key == key
+
+
+def test_add_headers_as_connect_writes_them() -> None:
+    unwrap = make("unwrap", add__headers="op,table,source.ts_ms,transaction.id,lsn,ts_ms:event_ts")
+    out = only(apply_pure(unwrap, change("u", headers=(("h", b"v"),))))
+    assert out.headers == (
+        ("h", b"v"),
+        ("__op", b"u"),
+        ("__table", b"orders"),
+        ("__source_ts_ms", b"1700000000000"),
+        ("__event_ts", b"1700000000000"),
+    )  # no transaction and no lsn: no header
+    assert "__op" not in out.row
+    assert emit([out], PLAIN)[0].headers == out.headers
+
+
+def test_add_headers_on_deletes_and_their_tombstones() -> None:
+    unwrap = make(
+        "unwrap",
+        delete__tombstone__handling__mode="rewrite-with-tombstone",
+        add__headers="op,table",
+        add__headers__prefix="cdc_",
+    )
+    deleted, tombstone = apply_pure(unwrap, change("d"))
+    assert deleted.headers == (("cdc_op", b"d"), ("cdc_table", b"orders"))
+    assert (
+        isinstance(tombstone, RowEvent) and tombstone.row is None and tombstone.headers == (("cdc_op", b"d"),)
+    )
+    null = only(
+        make("unwrap", delete__tombstone__handling__mode="tombstone", add__headers="op").apply(change("d"))
+    )
+    assert null.row is None and null.headers == (("__op", b"d"),)
+
+
+def test_add_fields_with_new_names() -> None:
+    out = only(make("unwrap", add__fields="op:operation,source.ts_ms:event_ts").apply(change("c")))
+    assert out.row["__operation"] == "c" and out.row["__event_ts"] == 1_700_000_000_000
+
+
+def test_route_by_field() -> None:
+    unwrap = make(
+        "unwrap", route__by__field="email", delete__tombstone__handling__mode="rewrite-with-tombstone"
+    )
+    assert only(unwrap.apply(change("c"))).topic == "a@example.com"
+    assert only(unwrap.apply(change("c", after=row(email=None), topic="t"))).topic == "t"
+    assert only(unwrap.apply(change("c", after=row(email="  ")))).topic is None
+    deleted, tombstone = unwrap.apply(change("d", before=row(email="gone")))
+    assert deleted.topic == "gone" and tombstone.topic is None  # the tombstone stays where it was
+    null = only(
+        make("unwrap", route__by__field="email", delete__tombstone__handling__mode="tombstone").apply(
+            change("d", before=row(email="gone"))
+        )
+    )
+    assert null.topic == "gone"
+    assert make("unwrap", route__by__field=" ").config.route_by_field is None
+
+
+@pytest.mark.parametrize(("field", "reason"), [("nope", "not a column"), ("id", "not a string column")])
+def test_route_by_field_errors(field: str, reason: str) -> None:
+    with pytest.raises(TransformError, match=reason):
+        make("unwrap", route__by__field=field).apply(change("c"))
+
+
+@pytest.mark.parametrize("listed", [b'["note","email","id","absent"]', b"note, email,id,absent"])
+def test_drop_fields_header_drops_optional_non_key_columns(listed: bytes) -> None:
+    unwrap = make("unwrap", drop__fields__header__name="drop", add__fields="op")
+    out = only(apply_pure(unwrap, change("u", headers=(("drop", listed),))))
+    assert out.row == {"id": 1, "amount": row()["amount"], "__op": "u"}
+    assert [c.name for c in out.table.columns] == ["id", "amount", "__op"]
+    assert _records([out])[0][1] == {"id": 1, "amount": "A+c=", "__op": "u"}
+    assert only(unwrap.apply(change("u"))).row == {**row(), "__op": "u"}  # no header, nothing dropped
+    assert only(unwrap.apply(change("u", headers=(("drop", b"[]"),)))).row == {**row(), "__op": "u"}

@@ -3,10 +3,11 @@
 A field is named the way Debezium's ``add.fields`` names it: ``op``, ``ts_ms`` (the envelope's),
 ``table``, ``source.ts_ms``, ``transaction.id``, or any position field of the format (``pos``,
 ``lsn``, ``scn`` ... from :attr:`SourceInfo.fields`). The column gets the prefix (``__``) and
-dots become underscores: ``source.ts_ms`` → ``__source_ts_ms``.
+dots become underscores: ``source.ts_ms`` → ``__source_ts_ms``; as in Debezium,
+``source.ts_ms:event_ts`` names the column ``__event_ts`` instead.
 
->>> [f.column for f in parse_metadata_fields(["op", "source.ts_ms"], "__", allow_topic=False)]
-['__op', '__source_ts_ms']
+>>> [f.column for f in parse_metadata_fields(["op", "source.ts_ms", "table:tbl"], "__", allow_topic=False)]
+['__op', '__source_ts_ms', '__tbl']
 """
 
 from __future__ import annotations
@@ -107,7 +108,10 @@ def parse_metadata_fields(
     """Validate field specs; ``ValueError`` names the first bad one."""
     out: list[MetadataField] = []
     seen: set[str] = set()
-    for spec in specs:
+    for item in specs:
+        spec, sep, new_name = item.partition(":")
+        if sep and (":" in new_name or not new_name):
+            raise ValueError(f"{item!r} is not a field name optionally followed by ':' and a new name")
         m = _NAME_RE.match(spec)
         if m is None:
             raise ValueError(f"{spec!r} is not a field name like 'op', 'table' or 'source.ts_ms'")
@@ -116,9 +120,9 @@ def parse_metadata_fields(
             raise ValueError(f"{spec!r}: transaction fields are {', '.join(sorted(_TRANSACTION))}")
         if spec == "topic" and not allow_topic:
             raise ValueError("'topic' is not available here")
-        column = prefix + spec.replace(".", "_")
+        column = prefix + (new_name if sep else spec.replace(".", "_"))
         if column in seen:
-            raise ValueError(f"{spec!r} is listed twice")
+            raise ValueError(f"{item!r} names {column!r} twice")
         seen.add(column)
         out.append(MetadataField(spec, column))
     return tuple(out)
