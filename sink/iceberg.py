@@ -23,10 +23,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
+from service.extras import require_extras
 from sink.changes import SinkChange, TableBatch
 from sink.config import JarSource, SinkConfig, WriteMode
 from sink.main import crash_point
 from sink.types import SinkColumn, widening
+from transforms.errors import MissingExtraError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -67,9 +69,9 @@ def iceberg_jar() -> str:
     """The Iceberg Spark runtime jar shipped in the ``snowpark-connect-deps-iceberg`` wheel."""
     try:
         import snowpark_connect_deps_iceberg as wheel
-    except ImportError as exc:  # pragma: no cover - dependency missing
-        raise RuntimeError(
-            "the Iceberg runtime jar is missing: pip install 'snowpark-connect-deps-iceberg==1.0.1'"
+    except ModuleNotFoundError as exc:
+        raise MissingExtraError(
+            "the Iceberg runtime jar (sink.jar_source: wheel)", ["sink"], ["snowpark_connect_deps_iceberg"]
         ) from exc
     jars = glob.glob(os.path.join(os.path.dirname(wheel.__file__), "jars", "iceberg-spark-runtime-3.5_2.12-*.jar"))
     if not jars:
@@ -125,6 +127,7 @@ def spark_conf(config: SinkConfig) -> dict[str, str]:
 
 def build_spark(config: SinkConfig) -> SparkSession:
     """A Spark session configured for the sink."""
+    require_extras("a Spark session (the Iceberg sink)", "sink")
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(config.spark_master).appName("cdcnorm-sink")

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from service.extras import require_extras
 from sink.config import SinkConfig
 from transforms.errors import ConfigError
 
@@ -73,6 +74,7 @@ def load_sink_config(path: str | Path) -> tuple[SinkConfig, dict[str, Any]]:
 
 def run_sink(config_path: str | Path, once: bool = False, max_batches: int | None = None) -> int:
     """Run the micro-batch sink until stopped (or, with ``once``, until the topics are drained)."""
+    require_extras("the Iceberg sink", "sink")
     from sink.runner import MicroBatchSink, serve_metrics
 
     sink_config, kafka = load_sink_config(config_path)

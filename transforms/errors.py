@@ -6,6 +6,7 @@ the offending field and a short preview of the payload so that a DLQ entry is ac
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "ConfigError",
     "DecodeError",
     "DetectionError",
+    "MissingExtraError",
     "StateStoreError",
     "TransformError",
     "UnknownSchemaError",
@@ -96,3 +98,19 @@ class TransformError(CdcnormError):
 
 class StateStoreError(CdcnormError):
     """The shared state store (e.g. Redis) is unavailable. Retry; never dead-letter for it."""
+
+
+class MissingExtraError(CdcnormError, ImportError):
+    """A part of cdcnorm runs without its optional dependencies: names the pip install that brings them.
+
+    >>> str(MissingExtraError("cdcnorm sink", ["sink"], ["pyspark"]))
+    "cdcnorm sink needs pyspark, which is not installed: pip install 'cdcnorm[sink]'"
+    """
+
+    def __init__(self, feature: str, extras: Sequence[str], modules: Sequence[str]) -> None:
+        self.feature = feature
+        self.extras = list(extras)
+        self.modules = list(modules)
+        self.install = f"pip install 'cdcnorm[{','.join(self.extras)}]'"
+        verb = "is" if len(self.modules) == 1 else "are"
+        super().__init__(f"{feature} needs {', '.join(self.modules)}, which {verb} not installed: {self.install}")
