@@ -31,7 +31,6 @@ from transforms.connect import (
     DecimalHandlingMode,
     Logical,
     TableSchema,
-    column_schema,
     struct_schema,
 )
 from transforms.errors import DecodeError
@@ -1116,8 +1115,3 @@ def epoch_ms(value: dt.datetime) -> int:
     if value.tzinfo is None:
         value = value.replace(tzinfo=dt.UTC)
     return int(value.timestamp() * 1000)
-
-
-def column_schema_json(col: Column, mode: DecimalHandlingMode = DecimalHandlingMode.PRECISE) -> dict[str, Any]:
-    """The Connect JSON schema of one column (public for tests and the sink)."""
-    return column_schema(col, mode)
