@@ -51,6 +51,7 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from transforms.errors import CdcnormError, ConfigError
 
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     import ssl
 
 __all__ = [
+    "CONNECT_ERROR_KEYS",
     "BrokerConfig",
     "ConfigErrors",
     "ErrorPolicy",
@@ -352,6 +354,56 @@ class ErrorPolicy(StrEnum):
 
     DLQ = "dlq"
     FAIL = "fail"
+
+
+# Kafka Connect's error-handling keys, accepted where a topic entry (or the top level) takes
+# cdcnorm's own: Connect key -> cdcnorm key. Giving both spellings of one setting is an error.
+CONNECT_ERROR_KEYS: dict[str, str] = {
+    "errors.tolerance": "errors",
+    "errors.deadletterqueue.topic.name": "dlq_topic",
+    "errors.deadletterqueue.context.headers.enable": "dlq_context_headers",
+    "errors.log.enable": "log_errors",
+}
+# errors.tolerance values (case-insensitive, as Connect reads them) -> ErrorPolicy
+_TOLERANCE = {"none": ErrorPolicy.FAIL, "all": ErrorPolicy.DLQ}
+# error types whose ctx names the key (below the model's loc) that the error is about
+_KEY_ERRORS = ("connect_key_conflict", "connect_key_value")
+
+
+def _connect_error_keys(data: Any) -> Any:
+    """``data`` with Kafka Connect's error-handling keys under cdcnorm's names.
+
+    >>> _connect_error_keys({"errors.tolerance": "ALL", "errors.log.enable": "false"})
+    {'errors': <ErrorPolicy.DLQ: 'dlq'>, 'log_errors': 'false'}
+    """
+    if not isinstance(data, dict) or not any(key in data for key in CONNECT_ERROR_KEYS):
+        return data
+    out = dict(data)
+    for connect, own in CONNECT_ERROR_KEYS.items():
+        if connect not in out:
+            continue
+        if own in out:
+            raise PydanticCustomError(
+                "connect_key_conflict",
+                "{own} and {key} are the same setting: give one of them",
+                {"key": connect, "own": own},
+            )
+        value = out.pop(connect)
+        if connect == "errors.tolerance":
+            policy = _TOLERANCE.get(value.strip().lower()) if isinstance(value, str) else None
+            if policy is None:
+                raise PydanticCustomError(
+                    "connect_key_value", "expected none (errors: fail) or all (errors: dlq)", {"key": connect}
+                )
+            value = policy
+        out[own] = value
+    return out
+
+
+def _check_topic_name(value: str | None) -> str | None:
+    if value is not None and not _TOPIC_NAME.match(value):
+        raise ValueError("not a valid Kafka topic name (letters, digits, '.', '_', '-')")
+    return value
 
 
 class BrokerConfig(_Section):
@@ -694,19 +746,36 @@ class TopicEntry(_Section):
     transforms: list[dict[str, Any]] = Field(default_factory=list)
     topic_template: str = "{prefix}.{db}.{table}"
     key_columns: dict[str, list[str]] = Field(default_factory=dict)
-    dlq_topic: str | None = None
-    errors: ErrorPolicy = ErrorPolicy.DLQ
+    dlq_topic: str | None = Field(
+        None, description="Dead-letter topic (default <prefix>.dlq); errors.deadletterqueue.topic.name."
+    )
+    errors: ErrorPolicy = Field(
+        ErrorPolicy.DLQ, description="dlq: dead-letter and go on; fail: stop. errors.tolerance all | none."
+    )
+    dlq_context_headers: bool = Field(
+        True,
+        description="Add the __connect.errors.* context headers to dead letters "
+        "(errors.deadletterqueue.context.headers.enable; Connect's default is false).",
+    )
+    log_errors: bool = Field(
+        True,
+        description="Log a warning per failed message: topic, partition, offset, error class "
+        "(errors.log.enable; Connect's default is false).",
+    )
     tombstones: bool = True
     complete_partial_images: bool = False
     row_state: RowStateConfig = Field(default_factory=RowStateConfig)
     transaction_metadata: bool = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _connect_keys(cls, data: Any) -> Any:
+        return _connect_error_keys(data)
+
     @field_validator("name", "dlq_topic")
     @classmethod
     def _topic_name(cls, value: str | None) -> str | None:
-        if value is not None and not _TOPIC_NAME.match(value):
-            raise ValueError("not a valid Kafka topic name (letters, digits, '.', '_', '-')")
-        return value
+        return _check_topic_name(value)
 
     @field_validator("pattern")
     @classmethod
@@ -770,8 +839,38 @@ class PipelineConfig(_Section):
     sink: dict[str, Any] | None = Field(
         None, description="The Iceberg sink (sink.config.SinkConfig); checked by parse_config, not used by the worker."
     )
+    # defaults of the topic entries' error handling (Kafka Connect's keys accepted too)
+    errors: ErrorPolicy | None = Field(None, description="Default of topics[].errors.")
+    dlq_topic: str | None = Field(None, description="Default of topics[].dlq_topic (else <prefix>.dlq).")
+    dlq_context_headers: bool | None = Field(None, description="Default of topics[].dlq_context_headers.")
+    log_errors: bool | None = Field(None, description="Default of topics[].log_errors.")
     # values that came from ${VAR}/file: references under secret-looking keys (set by parse_config)
     _reference_secrets: tuple[str, ...] = PrivateAttr(default=())
+
+    @model_validator(mode="before")
+    @classmethod
+    def _connect_keys(cls, data: Any) -> Any:
+        return _connect_error_keys(data)
+
+    @field_validator("dlq_topic")
+    @classmethod
+    def _dlq_topic(cls, value: str | None) -> str | None:
+        return _check_topic_name(value)
+
+    @model_validator(mode="after")
+    def _entry_defaults(self) -> PipelineConfig:
+        defaults = {
+            key: getattr(self, key)
+            for key in ("errors", "dlq_topic", "dlq_context_headers", "log_errors")
+            if getattr(self, key) is not None
+        }
+        if defaults:
+            topics = [
+                entry.model_copy(update={k: v for k, v in defaults.items() if k not in entry.model_fields_set})
+                for entry in self.topics
+            ]
+            object.__setattr__(self, "topics", topics)  # frozen: set once, while validating
+        return self
 
     @field_validator("topic_prefix")
     @classmethod
@@ -950,6 +1049,9 @@ def _validation_errors(
     out = []
     for err in exc.errors():
         loc = prefix + tuple(err.get("loc", ()))
+        if err.get("type") in _KEY_ERRORS:
+            loc += (err.get("ctx", {})["key"],)
+        loc = _as_typed(document.doc, loc)
         path = _path(loc)
         value = _lookup(document.doc, loc)
         if value is None:
@@ -964,6 +1066,18 @@ def _validation_errors(
             reason += f" (from {document.originals[loc]})"
         out.append((loc, ConfigError(path, document.shown(loc, value), reason)))
     return out
+
+
+_OWN_TO_CONNECT = {own: connect for connect, own in CONNECT_ERROR_KEYS.items()}
+
+
+def _as_typed(doc: dict[str, Any], loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``loc`` with its last key spelled as the document spells it (a Kafka Connect key)."""
+    if loc and loc[-1] in _OWN_TO_CONNECT:
+        parent = _lookup(doc, loc[:-1])
+        if isinstance(parent, dict) and loc[-1] not in parent and _OWN_TO_CONNECT[loc[-1]] in parent:
+            return (*loc[:-1], _OWN_TO_CONNECT[loc[-1]])
+    return loc
 
 
 # The sink's passthrough maps: values under secret-looking keys may be ${ENV} or file: references.
