@@ -11,7 +11,7 @@ from transforms.errors import ConfigError
 from transforms.metadata import MetadataStore
 from transforms.options import parse_options
 
-__all__ = ["DECODERS", "Decoder", "Message", "create_decoder", "decoder_class", "format_ids"]
+__all__ = ["DECODERS", "Decoder", "Message", "create_decoder", "decoder_class"]
 
 DECODERS: dict[str, str] = {
     "arcion-csv": "transforms.decoders.arcion_files:ArcionCsvDecoder",
@@ -31,19 +31,6 @@ DECODERS: dict[str, str] = {
     "auto": "transforms.decoders.auto:AutoDecoder",
 }
 """Format id → ``module:Class``. Modules are imported on first use."""
-
-
-def format_ids(include_missing: bool = False) -> list[str]:
-    """The registered format ids whose decoder module is importable."""
-    ids = []
-    for fid in DECODERS:
-        try:
-            decoder_class(fid)
-        except ConfigError:
-            if not include_missing:
-                continue
-        ids.append(fid)
-    return ids
 
 
 def decoder_class(format_id: str) -> type[Decoder]:
