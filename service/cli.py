@@ -392,12 +392,36 @@ def tail(
         Path | None, typer.Option("--config", "-c", help="Take the broker and its SASL/TLS settings from this pipeline YAML.")
     ] = None,
     from_beginning: Annotated[bool, typer.Option("--from-beginning", help="Start at the earliest offset.")] = False,
-    max_records: Annotated[int | None, typer.Option("--max", help="Stop after N records.")] = None,
+    partition: Annotated[int | None, typer.Option("--partition", "-p", min=0, help="Read this partition only.")] = None,
+    offset: Annotated[
+        int | None, typer.Option("--offset", min=0, help="Start at this offset (of each partition read).")
+    ] = None,
+    max_records: Annotated[
+        int | None, typer.Option("--count", "--max", "-n", min=1, help="Stop after N records.")
+    ] = None,
     idle_timeout: Annotated[float | None, typer.Option("--idle-timeout", help="Stop after S seconds without records.")] = None,
+    payload_only: Annotated[
+        bool, typer.Option("--payload-only", help="Print keys and values without their Connect `schema`.")
+    ] = False,
+    unwrap: Annotated[
+        bool,
+        typer.Option(
+            "--unwrap",
+            help="Print a change's value as its flat row, as ExtractNewRecordState does: `after`, or for a delete "
+            "`before`, with `__deleted` \"true\"/\"false\"; other records as they are.",
+        ),
+    ] = False,
+    connect_timeout: Annotated[
+        float, typer.Option("--connect-timeout", min=0.1, help="Give up when the broker does not answer within S seconds.")
+    ] = 10.0,
 ) -> None:
-    """Print the records of a topic as JSON lines: topic, partition, offset, key, value, headers."""
-    require_extras("cdcnorm tail", "service")
-    from service.tail import tail_topic
+    """Print the records of a topic as JSON lines: topic, partition, offset, key, value, headers.
+
+    Reads without a consumer group and stops after --count records or --idle-timeout seconds
+    without one (never by the broker's high watermarks). A broker that does not answer, or a
+    topic or partition that does not exist, is a one-line error with exit code 1.
+    """
+    from service.tail import TailError, tail_topic
 
     kafka: dict[str, Any] = {"bootstrap.servers": "127.0.0.1:9092"}
     if config is not None:
@@ -414,15 +438,16 @@ def tail(
         kafka["bootstrap.servers"] = bootstrap
     out = sys.stdout.buffer
     try:
-        for line in tail_topic(topic, kafka, from_beginning=from_beginning, max_records=max_records,
-                               idle_timeout_s=idle_timeout):
+        for line in tail_topic(topic, kafka, from_beginning=from_beginning, partition=partition, offset=offset,
+                               max_records=max_records, idle_timeout_s=idle_timeout, payload_only=payload_only,
+                               unwrap=unwrap, connect_timeout_s=connect_timeout):
             out.write(line + b"\n")
             out.flush()
     except KeyboardInterrupt:
         pass
-    except LookupError as exc:
+    except TailError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from exc
+        raise typer.Exit(1) from None
 
 
 def _print_tables(console: Console, tables: dict[str, Any], title: str) -> None:
