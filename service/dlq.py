@@ -1,44 +1,102 @@
 """Dead-letter records: the original message plus Kafka Connect's error context headers.
 
 A message that cannot be decoded or transformed is written unchanged (key, value, headers) to
-the DLQ topic with the headers Kafka Connect's ``DeadLetterQueueReporter`` adds when
-``errors.deadletterqueue.context.headers.enable=true``, plus ``__cdcnorm.format``.
+the DLQ topic. With ``dlq_context_headers`` (Connect's
+``errors.deadletterqueue.context.headers.enable``, on by default here) it carries the headers
+Kafka Connect's ``DeadLetterQueueReporter`` adds, in its order and value formats, then
+``__cdcnorm.format``:
+
+========================================  =====================================================
+``__connect.errors.topic``                source topic
+``__connect.errors.partition``            source partition (``-1`` when unknown)
+``__connect.errors.offset``               source offset (``-1`` when unknown)
+``__connect.errors.connector.name``       ``worker.app_id`` (the consumer group)
+``__connect.errors.task.id``              this worker replica: ``<app_id>-<hostname>-<pid>``
+                                          (the pod name in Kubernetes), :func:`task_id`
+``__connect.errors.stage``                ``VALUE_CONVERTER`` (decoding the message, or writing
+                                          the canonical record), ``TRANSFORMATION`` (a chain
+                                          step, its predicate included) or ``TASK_PUT``
+                                          (anything else, e.g. partial-image completion)
+``__connect.errors.class.name``           the class of that stage: the decoder (as configured:
+                                          ``auto``'s detector), the transform of the failing
+                                          step, ``transforms.envelope.emit`` or the worker's
+                                          ``service.app.Normalizer``
+``__connect.errors.exception.class.name`` ``module.QualifiedName`` of the exception
+``__connect.errors.exception.message``    ``str(exception)`` (empty when it has none; Java
+                                          writes a null header then)
+``__connect.errors.exception.stacktrace`` the Python traceback (its last 8000 characters)
+``__cdcnorm.format``                      the entry's format id
+========================================  =====================================================
 
 >>> rec = dead_letter(Message(b"v", key=b"k", topic="t", partition=1, offset=7),
-...                   ValueError("boom"), "dlq", "canal-json", "worker")
->>> dict(rec.headers)["__connect.errors.offset"]
-b'7'
+...                   ValueError("boom"), "dlq", "canal-json", "worker", task="worker-host-1")
+>>> dict(rec.headers)["__connect.errors.offset"], dict(rec.headers)["__connect.errors.task.id"]
+(b'7', b'worker-host-1')
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import traceback
 from dataclasses import dataclass
+from functools import cache
+from types import TracebackType
 
 from transforms.decoders import Message
 from transforms.errors import DecodeError, TransformError
 
 __all__ = [
+    "CONTEXT_HEADERS",
     "ERROR_CLASS",
+    "ERROR_CONNECTOR",
+    "ERROR_EXECUTING_CLASS",
     "ERROR_MESSAGE",
     "ERROR_OFFSET",
     "ERROR_PARTITION",
     "ERROR_STACKTRACE",
+    "ERROR_STAGE",
+    "ERROR_TASK_ID",
     "ERROR_TOPIC",
     "FORMAT_HEADER",
     "DeadLetter",
     "dead_letter",
+    "failure_stage",
+    "task_id",
 ]
 
 ERROR_TOPIC = "__connect.errors.topic"
 ERROR_PARTITION = "__connect.errors.partition"
 ERROR_OFFSET = "__connect.errors.offset"
+ERROR_CONNECTOR = "__connect.errors.connector.name"
+ERROR_TASK_ID = "__connect.errors.task.id"
+ERROR_STAGE = "__connect.errors.stage"
+ERROR_EXECUTING_CLASS = "__connect.errors.class.name"
 ERROR_CLASS = "__connect.errors.exception.class.name"
 ERROR_MESSAGE = "__connect.errors.exception.message"
 ERROR_STACKTRACE = "__connect.errors.exception.stacktrace"
-ERROR_STAGE = "__connect.errors.stage"
-ERROR_CONNECTOR = "__connect.errors.connector.name"
 FORMAT_HEADER = "__cdcnorm.format"
+# in the order DeadLetterQueueReporter.populateContextHeaders adds them
+CONTEXT_HEADERS = (
+    ERROR_TOPIC,
+    ERROR_PARTITION,
+    ERROR_OFFSET,
+    ERROR_CONNECTOR,
+    ERROR_TASK_ID,
+    ERROR_STAGE,
+    ERROR_EXECUTING_CLASS,
+    ERROR_CLASS,
+    ERROR_MESSAGE,
+    ERROR_STACKTRACE,
+)
+
+# org.apache.kafka.connect.runtime.errors.Stage names
+VALUE_CONVERTER = "VALUE_CONVERTER"
+TRANSFORMATION = "TRANSFORMATION"
+TASK_PUT = "TASK_PUT"
+# the canonical-record writer: the output side of cdcnorm's converter
+EMIT = "transforms.envelope.emit"
+_EMIT_MODULE = "transforms.envelope"
 
 _MAX_TRACE = 8000
 
@@ -53,25 +111,103 @@ class DeadLetter:
     headers: tuple[tuple[str, bytes], ...]
 
 
-def _stage(exc: BaseException) -> str:
+def _class_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+@cache
+def task_id(app_id: str) -> str:
+    """This worker replica's identity for ``__connect.errors.task.id``: ``<app_id>-<hostname>-<pid>``.
+
+    Connect writes its task number there; a cdcnorm worker has no task numbers, so the header
+    names the replica: in Kubernetes the hostname is the pod name, and the pid tells apart
+    workers sharing a host.
+    """
+    host = socket.gethostname() or "localhost"
+    return f"{app_id}-{host}-{os.getpid()}"
+
+
+def _frames(exc: BaseException) -> list[object]:
+    """The ``self`` of each frame between where ``exc`` was caught and where it (or, for an
+    exception raised while handling another, its cause) was raised, outermost first."""
+    selves: list[object] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        tb: TracebackType | None = current.__traceback__
+        while tb is not None:
+            frame = tb.tb_frame
+            owner = frame.f_locals.get("self")
+            selves.append(owner if owner is not None else frame)
+            tb = tb.tb_next
+        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+    return selves
+
+
+def failure_stage(exc: BaseException) -> tuple[str, str]:
+    """Connect's stage name and executing class of the failure ``exc``, from where it was raised.
+
+    The outermost decoder or transform on the way to the failure wins (the decoder a topic entry
+    configures, e.g. ``auto``'s detector rather than the format it delegated to, as Connect names
+    its configured converter). An exception that was never raised has no frames: its type
+    decides (DecodeError: VALUE_CONVERTER, TransformError: TRANSFORMATION, else TASK_PUT).
+
+    >>> failure_stage(TransformError("mask", "bad"))
+    ('TRANSFORMATION', 'transforms.smt.base.Transform')
+    """
+    from transforms.decoders.base import Decoder
+    from transforms.smt.base import ChainStep, Transform
+
+    task = ""
+    for owner in _frames(exc):
+        if isinstance(owner, Decoder):
+            return VALUE_CONVERTER, _class_name(type(owner))
+        if isinstance(owner, ChainStep):
+            return TRANSFORMATION, _class_name(type(owner.transform))
+        if isinstance(owner, Transform):
+            return TRANSFORMATION, _class_name(type(owner))
+        if getattr(owner, "f_globals", {}).get("__name__") == _EMIT_MODULE:
+            return VALUE_CONVERTER, EMIT
+        if not task and not hasattr(owner, "f_globals"):
+            task = _class_name(type(owner))
     if isinstance(exc, DecodeError):
-        return "VALUE_CONVERTER"
+        return VALUE_CONVERTER, task or _class_name(Decoder)
     if isinstance(exc, TransformError):
-        return "TRANSFORMATION"
-    return "TASK_PUT"
+        return TRANSFORMATION, task or _class_name(Transform)
+    return TASK_PUT, task or "service.app.Normalizer"
 
 
-def dead_letter(message: Message, exc: BaseException, dlq_topic: str, format_id: str, connector: str) -> DeadLetter:
-    """The DLQ record for ``message`` that failed with ``exc``."""
+def dead_letter(
+    message: Message,
+    exc: BaseException,
+    dlq_topic: str,
+    format_id: str,
+    connector: str,
+    *,
+    context_headers: bool = True,
+    task: str | None = None,
+) -> DeadLetter:
+    """The DLQ record for ``message`` that failed with ``exc``.
+
+    ``connector`` is ``worker.app_id``; ``task`` defaults to :func:`task_id` of it. Without
+    ``context_headers`` the dead letter is the original record exactly (no ``__connect.errors.*``
+    nor ``__cdcnorm.format`` header), as Connect writes it by default.
+    """
+    if not context_headers:
+        return DeadLetter(dlq_topic, message.key, message.value, tuple(message.headers))
     cls = type(exc)
+    stage, executing = failure_stage(exc)
     trace = "".join(traceback.format_exception(exc))[-_MAX_TRACE:]
     context: tuple[tuple[str, bytes], ...] = (
         (ERROR_TOPIC, message.topic.encode()),
         (ERROR_PARTITION, str(message.partition if message.partition is not None else -1).encode()),
         (ERROR_OFFSET, str(message.offset if message.offset is not None else -1).encode()),
         (ERROR_CONNECTOR, connector.encode()),
-        (ERROR_STAGE, _stage(exc).encode()),
-        (ERROR_CLASS, f"{cls.__module__}.{cls.__qualname__}".encode()),
+        (ERROR_TASK_ID, (task if task is not None else task_id(connector)).encode()),
+        (ERROR_STAGE, stage.encode()),
+        (ERROR_EXECUTING_CLASS, executing.encode()),
+        (ERROR_CLASS, _class_name(cls).encode()),
         (ERROR_MESSAGE, str(exc).encode("utf-8", "replace")),
         (ERROR_STACKTRACE, trace.encode("utf-8", "replace")),
         (FORMAT_HEADER, format_id.encode()),

@@ -1,0 +1,164 @@
+"""Dead letters carry Kafka Connect's DeadLetterQueueReporter context headers, in its order and
+value formats: topic, partition, offset, connector.name, task.id, stage, class.name (the class of
+the failing stage), exception.class.name, exception.message, exception.stacktrace."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import orjson
+import pytest
+
+from service.app import Normalizer
+from service.config import parse_config
+from service.dlq import (
+    CONTEXT_HEADERS,
+    ERROR_CLASS,
+    ERROR_CONNECTOR,
+    ERROR_EXECUTING_CLASS,
+    ERROR_MESSAGE,
+    ERROR_OFFSET,
+    ERROR_PARTITION,
+    ERROR_STACKTRACE,
+    ERROR_STAGE,
+    ERROR_TASK_ID,
+    ERROR_TOPIC,
+    FORMAT_HEADER,
+    dead_letter,
+    failure_stage,
+    task_id,
+)
+from transforms.decoders import Message, decoder_class
+from transforms.errors import DecodeError, TransformError
+
+CANAL_INSERT = orjson.dumps(
+    {
+        "data": [{"id": "1", "name": "a", "email": "a@x"}],
+        "database": "shop",
+        "table": "users",
+        "pkNames": ["id"],
+        "isDdl": False,
+        "type": "INSERT",
+        "es": 1700000000000,
+        "ts": 1700000000100,
+        "mysqlType": {"id": "int", "name": "varchar(10)", "email": "varchar(20)"},
+        "sqlType": {"id": 4, "name": 12, "email": 12},
+        "old": None,
+    }
+)
+
+
+def normalizer(**entry: Any) -> Normalizer:
+    cfg = parse_config({
+        "topic_prefix": "out",
+        "worker": {"app_id": "norm-eu"},
+        "topics": [{"name": "src", "format": "canal-json", **entry}],
+    })
+    return Normalizer(cfg)
+
+
+def dead_letter_of(n: Normalizer, value: bytes) -> tuple[str, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]:
+    runtime = n.runtime_for("src")
+    assert runtime is not None
+    message = Message(value, key=b"k", topic="src", partition=3, offset=42, headers=(("trace", b"t1"),))
+    outcome = n.process(message, runtime)
+    assert outcome.records == [] and outcome.dlq is not None
+    return outcome.dlq
+
+
+def test_decode_failure_has_every_connect_header_in_order() -> None:
+    topic, key, value, headers = dead_letter_of(normalizer(), b"{not json")
+    assert (topic, key, value) == ("out.dlq", b"k", b"{not json")
+    assert headers[0] == ("trace", b"t1")  # the original headers first, unchanged
+    names = [name for name, _ in headers[1:]]
+    assert names == [*CONTEXT_HEADERS, FORMAT_HEADER]
+    h = dict(headers)
+    assert h[ERROR_TOPIC] == b"src" and h[ERROR_PARTITION] == b"3" and h[ERROR_OFFSET] == b"42"
+    assert h[ERROR_CONNECTOR] == b"norm-eu"
+    assert h[ERROR_TASK_ID] == f"norm-eu-{socket.gethostname()}-{os.getpid()}".encode()
+    assert h[ERROR_STAGE] == b"VALUE_CONVERTER"
+    canal = decoder_class("canal-json")
+    assert h[ERROR_EXECUTING_CLASS] == f"{canal.__module__}.{canal.__qualname__}".encode()
+    assert h[ERROR_CLASS] == b"transforms.errors.DecodeError"
+    assert h[ERROR_MESSAGE].startswith(b"canal-json: ")
+    assert b"Traceback" in h[ERROR_STACKTRACE] and b"DecodeError" in h[ERROR_STACKTRACE]
+    assert h[FORMAT_HEADER] == b"canal-json"
+
+
+def test_auto_names_the_configured_decoder() -> None:
+    n = normalizer(format="auto", options={"formats": "canal-json,maxwell-json"})
+    h = dict(dead_letter_of(n, b'{"type": "MERGE", "data": [], "database": "d", "table": "t"}')[3])
+    auto = decoder_class("auto")
+    assert h[ERROR_STAGE] == b"VALUE_CONVERTER"
+    assert h[ERROR_EXECUTING_CLASS] == f"{auto.__module__}.{auto.__qualname__}".encode()
+
+
+def test_transform_failure_names_the_transform_class() -> None:
+    n = normalizer(transforms=[{"type": "filter", "table.regex": "tmp_.*"}, {"type": "replace-field", "exclude": "id"}])
+    h = dict(dead_letter_of(n, CANAL_INSERT)[3])
+    assert h[ERROR_STAGE] == b"TRANSFORMATION"
+    assert h[ERROR_EXECUTING_CLASS] == b"transforms.smt.replace_field.ReplaceField"
+    assert h[ERROR_CLASS] == b"transforms.errors.TransformError"
+
+
+def test_a_failing_predicate_or_transform_bug_is_the_transformation_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    from transforms.smt.predicates import TableMatches
+
+    def broken(self: Any, event: Any) -> bool:
+        raise RuntimeError("predicate bug")
+
+    monkeypatch.setattr(TableMatches, "test", broken)
+    n = normalizer(transforms=[{"type": "mask", "fields": "email", "predicate": {"type": "table-matches", "regex": "x"}}])
+    h = dict(dead_letter_of(n, CANAL_INSERT)[3])
+    # Connect names the step's transform class for its predicate too
+    assert h[ERROR_STAGE] == b"TRANSFORMATION"
+    assert h[ERROR_EXECUTING_CLASS] == b"transforms.smt.mask.MaskField"
+    assert h[ERROR_CLASS] == b"builtins.RuntimeError"
+
+
+def test_writing_the_canonical_record_is_the_converter_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    import transforms.envelope
+
+    def broken(*args: Any) -> Any:
+        raise DecodeError("emit", None, "cannot write")
+
+    monkeypatch.setattr(transforms.envelope, "_emit_change", broken)
+    h = dict(dead_letter_of(normalizer(), CANAL_INSERT)[3])
+    assert (h[ERROR_STAGE], h[ERROR_EXECUTING_CLASS]) == (b"VALUE_CONVERTER", b"transforms.envelope.emit")
+
+
+def test_other_failures_are_the_task_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    import transforms.completion
+
+    def broken(*args: Any) -> Any:
+        raise KeyError("row state")
+
+    monkeypatch.setattr(transforms.completion, "complete_partial_images", broken)
+    h = dict(dead_letter_of(normalizer(complete_partial_images=True), CANAL_INSERT)[3])
+    assert (h[ERROR_STAGE], h[ERROR_EXECUTING_CLASS]) == (b"TASK_PUT", b"service.app.Normalizer")
+
+
+def test_without_context_headers_the_dead_letter_is_the_original_record() -> None:
+    message = Message(b"v", key=b"k", topic="t", partition=1, offset=7, headers=(("h", b"1"),))
+    letter = dead_letter(message, ValueError("boom"), "dlq", "canal-json", "app", context_headers=False)
+    assert (letter.topic, letter.key, letter.value, letter.headers) == ("dlq", b"k", b"v", (("h", b"1"),))
+
+
+def test_unraised_exceptions_and_unknown_positions() -> None:
+    assert failure_stage(DecodeError("x", None, "bad")) == ("VALUE_CONVERTER", "transforms.decoders.base.Decoder")
+    assert failure_stage(TransformError("mask", "bad")) == ("TRANSFORMATION", "transforms.smt.base.Transform")
+    assert failure_stage(ValueError()) == ("TASK_PUT", "service.app.Normalizer")
+    h = dict(dead_letter(Message(b"v", topic="t"), ValueError(), "dlq", "f", "app").headers)
+    assert h[ERROR_PARTITION] == b"-1" and h[ERROR_OFFSET] == b"-1"
+    assert h[ERROR_MESSAGE] == b""
+    assert h[ERROR_TASK_ID] == task_id("app").encode() and task_id("app").startswith("app-")
+
+
+@pytest.mark.xfail(strict=True, reason="service/app.py does not pass the entry's dlq_context_headers/log_errors yet")
+def test_normalizer_honours_the_entry_flags(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("WARNING", logger="cdcnorm.worker")
+    _, _, _, headers = dead_letter_of(normalizer(dlq_context_headers=False, log_errors=False), b"{not json")
+    assert headers == (("trace", b"t1"),)
+    assert "dead-letter" not in caplog.text
