@@ -142,12 +142,7 @@ class ServicePipeline(Pipeline):
 
 
 def _completion(store: RowStateStore) -> Completion:
-    try:
-        from transforms.completion import complete_partial_images
-    except ImportError as exc:
-        raise ConfigError(
-            "complete_partial_images", True, "partial-image completion is not available in this build"
-        ) from exc
+    from transforms.completion import complete_partial_images
 
     def complete(events: list[Event]) -> list[Event]:
         result: list[Event] = complete_partial_images(events, store, None)

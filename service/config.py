@@ -1142,10 +1142,7 @@ def _entry_errors(index: int, entry: TopicEntry, prefix: str) -> list[tuple[tupl
 
 def _chain_errors(specs: list[dict[str, Any]], where: str, emit_options: Any) -> list[ConfigError]:
     """Every failing step of a chain (the steps are independent: each is built on its own)."""
-    try:
-        from transforms.smt.registry import build_chain
-    except ImportError:
-        return [ConfigError(f"{where}.transforms", f"{len(specs)} step(s)", "transform chains are not available in this build")]
+    from transforms.smt.registry import build_chain
 
     def at(exc: ConfigError, index: int | None = None) -> ConfigError:
         key = exc.key if exc.key.startswith("transforms") else f"transforms.{exc.key}"

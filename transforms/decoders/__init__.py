@@ -39,13 +39,7 @@ def decoder_class(format_id: str) -> type[Decoder]:
     if target is None:
         raise ConfigError("format", format_id, f"unknown format; known: {', '.join(DECODERS)}")
     module_name, _, class_name = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module_name:
-            raise ConfigError("format", format_id, "decoder not available in this build") from exc
-        raise
-    cls: type[Decoder] = getattr(module, class_name)
+    cls: type[Decoder] = getattr(importlib.import_module(module_name), class_name)
     return cls
 
 
