@@ -421,6 +421,7 @@ def tail(
     without one (never by the broker's high watermarks). A broker that does not answer, or a
     topic or partition that does not exist, is a one-line error with exit code 1.
     """
+    require_extras("cdcnorm tail", "service")
     from service.tail import TailError, tail_topic
 
     kafka: dict[str, Any] = {"bootstrap.servers": "127.0.0.1:9092"}

@@ -10,6 +10,7 @@ command that needs a missing one stops with the ``pip install`` to run
 
 from __future__ import annotations
 
+import sys
 from importlib.util import find_spec
 
 from transforms.errors import MissingExtraError
@@ -26,7 +27,16 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 
 def missing_modules(extra: str) -> list[str]:
     """The modules of ``extra`` that cannot be imported here."""
-    return [module for module in EXTRAS[extra] if find_spec(module) is None]
+    return [module for module in EXTRAS[extra] if not _importable(module)]
+
+
+def _importable(module: str) -> bool:
+    if sys.modules.get(module) is not None:  # imported already (or stood in for by a test)
+        return True
+    try:
+        return find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def require_extras(feature: str, *extras: str) -> None:
