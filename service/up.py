@@ -169,14 +169,6 @@ def _sum(metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: st
     return total
 
 
-def _ready(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
-
-
 def run_up(
     bootstrap: str | None = None,
     redis_url: str = "redis://127.0.0.1:6379/0",
