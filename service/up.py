@@ -1,13 +1,24 @@
 """``cdcnorm up``: the whole pipeline on one machine, fed with the sample messages of every format.
 
-Steps: find (or start) a broker and Redis → create one source topic per sample format → produce
-the samples (``service/samples/<format>.txt``; binary formats hold base64 lines, a
-``"__key_lines": true`` in ``<format>.options.json`` means lines alternate key and value) → run
-the worker as a child process (all samples of a format go to partition 0, so metadata
-messages are read before the data that needs them) → show progress from its ``/metrics`` → print a summary per
-format. Everything it started is stopped at the end or on Ctrl-C.
+Steps:
 
-The lakehouse sink is not part of this yet: :data:`AFTER_START_HOOKS` is where it plugs in.
+1. Use the broker given (``bootstrap``) if it answers, else start a memory-only Tansu broker on
+   loopback (the ``local`` extra); the same for Redis (``redis-server``).
+2. Create one source topic per sample format and produce the samples
+   (``service/samples/<format>.txt``; binary formats hold base64 lines, a ``"__key_lines": true``
+   in ``<format>.options.json`` means lines alternate key and value). All samples of a format go
+   to partition 0, so metadata messages are read before the data that needs them.
+3. Write a pipeline config into a fresh work directory and run the worker as a child process
+   (``cdcnorm worker``); show progress from its ``/metrics`` until every sample was read and
+   nothing is in flight (``keep``: run on until Ctrl-C; ``duration_s``: stop then).
+4. With ``with_sink``, once every sample is through: run the Iceberg sink once over the normalized
+   data topics (``python -m sink --once``, a hadoop warehouse in the work directory) and read the
+   tables back (``sink.inspect``).
+5. Return the counts per format (produced, messages in, records out, DLQ), the output topics and
+   the tables.
+
+Everything it started is stopped at the end or on Ctrl-C; the work directory (config, logs,
+warehouse) stays. :data:`AFTER_START_HOOKS` run once the worker started.
 """
 
 from __future__ import annotations
@@ -83,7 +94,7 @@ def load_samples(directory: Path = SAMPLES) -> list[Sample]:
 
 @dataclass
 class UpContext:
-    """What `up` set up; passed to :data:`AFTER_START_HOOKS` (the sink plugs in here)."""
+    """What `up` set up: the broker, Redis, topics, work directory and the processes it started."""
 
     bootstrap: str
     redis_url: str
