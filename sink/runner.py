@@ -344,7 +344,3 @@ class MicroBatchSink:
             self.consumer.commit(offsets=commits, asynchronous=False)
         if to_pause:
             self.consumer.pause(to_pause)
-
-    @property
-    def paused_tables(self) -> dict[tuple[str, str], str]:
-        return dict(self._paused_tables)
