@@ -43,7 +43,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
-from typing import Any, Protocol
+from typing import Any
 
 from service.config import ErrorPolicy, OutputClient, PipelineConfig, TopicEntry, build_chain_checked
 from service.dlq import dead_letter
@@ -63,13 +63,10 @@ __all__ = [
     "FatalMessageError",
     "Normalizer",
     "Outcome",
-    "RecordSender",
-    "SentMessage",
     "ServicePipeline",
     "WorkerState",
     "create_app",
     "normalize_with_retry",
-    "process_event",
     "quiet_library_loggers",
     "run_worker",
 ]
@@ -98,14 +95,6 @@ def quiet_library_loggers(level: int = logging.INFO) -> None:
 
 class FatalMessageError(Exception):
     """A message failed under ``errors: fail``; the worker stops without committing it."""
-
-
-class RecordSender(Protocol):
-    """Hands a record to the producer; the returned awaitable completes on broker ack."""
-
-    async def __call__(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]]
-    ) -> Awaitable[Any]: ...
 
 
 class ServicePipeline(Pipeline):
@@ -643,58 +632,6 @@ async def normalize_with_retry(
         log.info("state store is back topic=%s partition=%s offset=%s", message.topic, message.partition, message.offset)
     state.redis_ok = True
     return outcome
-
-
-def to_message(message: Any) -> Message:
-    """A Faust message as a decoder :class:`Message` (timestamp in seconds)."""
-    headers = message.headers
-    if headers is None:
-        hdrs: tuple[tuple[str, bytes], ...] = ()
-    elif isinstance(headers, Mapping):
-        hdrs = tuple((k, v) for k, v in headers.items())
-    else:
-        hdrs = tuple((k, v) for k, v in headers)
-    ts = message.timestamp
-    return Message(
-        value=message.value,
-        key=message.key,
-        topic=message.topic,
-        partition=message.partition,
-        offset=message.offset,
-        timestamp_ms=int(ts * 1000) if ts else None,
-        headers=hdrs,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class SentMessage:
-    """What :func:`process_event` did with one message: its records and their send futures."""
-
-    records: int
-    futures: list[Awaitable[Any]]
-
-
-async def process_event(event: Any, normalizer: Normalizer, state: WorkerState, send: RecordSender) -> SentMessage:
-    """Normalize one Faust-style event (``event.message``) and send its records one by one.
-
-    The per-message path, for tools and tests; the worker itself uses :class:`BatchProcessor`.
-    """
-    message = to_message(event.message)
-    runtime = normalizer.runtime_for(message.topic)
-    if runtime is None:
-        return SentMessage(0, [])
-    started = perf_counter()
-    outcome = await normalize_with_retry(message, runtime, normalizer, state)
-    normalizer.observe(runtime.format_id, [perf_counter() - started])
-    normalizer.count_in(message.topic, runtime.format_id, 1)
-    futures: list[Awaitable[Any]] = []
-    if outcome.dlq is not None:
-        topic, key, value, headers = outcome.dlq
-        futures.append(await send(topic, key, value, headers))
-    for record in outcome.records:
-        futures.append(await send(normalizer.output_topic(record.topic), record.key_bytes(), record.value_bytes(),
-                                  record.headers))
-    return SentMessage(len(outcome.records), futures)
 
 
 def _faust_settings(config: PipelineConfig, data_dir: Path) -> dict[str, Any]:

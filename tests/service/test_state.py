@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from service.app import Normalizer, WorkerState, process_event
+from service.app import Normalizer, WorkerState, normalize_with_retry
 from service.config import parse_config
 from service.local import free_port
 from service.metrics import WorkerMetrics
 from service.state import RedisMetadataStore, RedisRowStateStore, redis_client
+from transforms.decoders import Message
 from transforms.errors import StateStoreError
 from transforms.metadata import MetadataStore, RowStateStore
 
@@ -94,21 +95,9 @@ def test_state_store_outage_retries_without_dead_letter() -> None:
     store = FlakyStore(failures=0)
     normalizer = Normalizer(cfg, store)
     state = WorkerState(started=True, joined=True)
-    sent: list[str] = []
+    runtime = normalizer.runtime_for("q")
+    assert runtime is not None
     seen_not_ready: list[bool] = []
-
-    async def send(topic: str, key: Any, value: Any, headers: Any) -> Any:
-        sent.append(topic)
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        fut.set_result(None)
-        return fut
-
-    class Event:
-        def __init__(self, value: bytes, offset: int) -> None:
-            self.message = type(
-                "M", (), {"value": value, "key": None, "topic": "q", "partition": 0, "offset": offset,
-                          "timestamp": None, "headers": None, "tp": None},
-            )()
 
     async def watch() -> None:
         while True:
@@ -117,14 +106,14 @@ def test_state_store_outage_retries_without_dead_letter() -> None:
 
     async def run() -> None:
         watcher = asyncio.ensure_future(watch())
-        await process_event(Event(lines[0], 0), normalizer, state, send)
+        await normalize_with_retry(Message(lines[0], topic="q", partition=0, offset=0), runtime, normalizer, state)
         store.failures = 5
-        pending = await process_event(Event(lines[1], 1), normalizer, state, send)
+        pending = await normalize_with_retry(Message(lines[1], topic="q", partition=0, offset=1), runtime, normalizer, state)
         watcher.cancel()
-        assert pending.records >= 1
+        assert pending.dlq is None and len(pending.records) >= 1
+        assert store.failures == 0
 
     asyncio.run(run())
-    assert "out.dlq" not in sent
     assert any(seen_not_ready)
     assert state.ready and state.redis_ok
     assert normalizer.metrics.dlq._metrics == {}
