@@ -7,8 +7,10 @@ Nothing here needs a cluster, a Docker engine or the network:
 * the custom resources (KEDA ``ScaledObject``, Prometheus Operator ``ServiceMonitor`` /
   ``PrometheusRule``, Spark operator ``SparkApplication``) are checked structurally and against
   what they point at (the worker Deployment, the Service labels, the pipeline config);
-* the pipeline configs in the ConfigMaps pass ``cdcnorm validate-config``; broken copies fail
-  with the key named;
+* every overlay mounts the one ``k8s/base/pipeline.yaml``; the config as each pod that loads it
+  sees it (its ``${VAR}`` references resolved from the pod's env and envFrom ConfigMaps, Secrets
+  as placeholders) passes ``cdcnorm validate-config``; secret references come from Secrets;
+  broken copies fail with the key named;
 * ``hadolint`` finds no error in the Dockerfile; each image target (worker, sink, spark, broker)
   installs one lock file of ``requirements/`` and then the project with ``--no-deps``, the way
   ``make test`` (run by ``.ci/run``) installs ``requirements/dev.txt``; the image locks pin the
@@ -34,6 +36,7 @@ import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,11 +51,14 @@ TARGETS = ("base", "overlays/local", "overlays/production")
 OVERLAYS = ("overlays/local", "overlays/production")
 NAMESPACE = "cdcnorm"
 CONFIG_PATH = "/etc/cdcnorm/pipeline.yaml"
-PIPELINE_FILES = {  # the pipeline.yaml that ends up in each target's ConfigMap
+PIPELINE_FILES = {  # the pipeline.yaml that ends up in each target's ConfigMap: the base's, everywhere
     "base": K8S / "base" / "pipeline.yaml",
     "overlays/local": K8S / "base" / "pipeline.yaml",
-    "overlays/production": K8S / "overlays" / "production" / "pipeline.yaml",
+    "overlays/production": K8S / "base" / "pipeline.yaml",
 }
+# the pods that load the pipeline config (as rendered by pod_specs)
+CONFIG_CONSUMERS = ("Deployment/cdcnorm-worker", "Deployment/cdcnorm-sink", "SparkApplication/cdcnorm-sink/driver")
+SECRET_PLACEHOLDER = "offline-check"
 CRD_GROUPS = {"keda.sh", "monitoring.coreos.com", "sparkoperator.k8s.io"}
 KNOWN_CRD_KINDS = {
     ("keda.sh/v1alpha1", "ScaledObject"),
@@ -123,12 +129,119 @@ def of_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
 
 
-def pipeline_config(target: str) -> dict[str, Any]:
-    """The pipeline.yaml inside the rendered ConfigMap of ``target``."""
-    cm = one(render(target), "ConfigMap")
+def pipeline_configmap(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rendered ConfigMap that holds pipeline.yaml."""
+    found = [d for d in docs if d["kind"] == "ConfigMap" and "pipeline.yaml" in d.get("data", {})]
+    assert len(found) == 1, f"expected one ConfigMap with pipeline.yaml, found {len(found)}"
+    cm = found[0]
     assert cm["metadata"]["name"].startswith("cdcnorm-pipeline-"), "the ConfigMap name lost its content hash"
-    data: dict[str, Any] = yaml.safe_load(cm["data"]["pipeline.yaml"])
-    return data
+    return cm
+
+
+def pipeline_text(target: str) -> str:
+    """The pipeline.yaml inside the rendered ConfigMap of ``target``, as written."""
+    text: str = pipeline_configmap(render(target))["data"]["pipeline.yaml"]
+    return text
+
+
+@dataclass(frozen=True)
+class Reference:
+    """One ``${VAR...}`` in a pipeline config."""
+
+    name: str
+    path: str
+    has_default: bool
+
+    @property
+    def secret(self) -> bool:
+        from service.config import is_secret_key
+
+        return is_secret_key(self.path)
+
+
+def config_references(config_text: str) -> list[Reference]:
+    """Every ``${VAR}`` / ``${VAR:-default}`` of a pipeline config, with its key path."""
+    found: list[Reference] = []
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                walk(value, f"{path}.{key}" if path else str(key))
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                walk(value, f"{path}[{index}]")
+        elif isinstance(node, str):
+            for match in re.finditer(r"(?<!\$)\$\{([A-Za-z_][A-Za-z0-9_]*)(:?[-=+?])?", node):
+                found.append(Reference(match.group(1), path, match.group(2) in ("-", ":-", "=", ":=")))
+
+    walk(yaml.safe_load(config_text), "")
+    return found
+
+
+def consumers(docs: list[dict[str, Any]]) -> list[PodSpec]:
+    """The pods that load the pipeline config."""
+    found = [pod for pod in pod_specs(docs) if pod.owner in CONFIG_CONSUMERS]
+    assert found, "no pod loads the pipeline config"
+    return found
+
+
+def pod_env(docs: list[dict[str, Any]], pod: PodSpec) -> dict[str, str]:
+    """The environment the config-loading container of ``pod`` gets: literal values, the data of
+    envFrom / configMapKeyRef ConfigMaps, a placeholder for each required Secret key. An optional
+    Secret counts as absent (a cluster without it)."""
+    (container,) = pod.spec["containers"]
+    maps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"}
+    env: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        ref = source.get("configMapRef")
+        assert ref, f"{pod.owner}: envFrom supports configMapRef here, found {source}"
+        assert ref["name"] in maps, f"{pod.owner}: envFrom ConfigMap {ref['name']} is not rendered (hash suffix?)"
+        env.update({source.get("prefix", "") + k: v for k, v in maps[ref["name"]].items()})
+    for var in container.get("env", []):
+        if "value" in var:
+            env[var["name"]] = var["value"]
+            continue
+        source = var.get("valueFrom", {})
+        if "configMapKeyRef" in source:
+            env[var["name"]] = maps[source["configMapKeyRef"]["name"]][source["configMapKeyRef"]["key"]]
+        elif "secretKeyRef" in source and not source["secretKeyRef"].get("optional", False):
+            env[var["name"]] = SECRET_PLACEHOLDER
+    return env
+
+
+def env_sources(pod: PodSpec) -> dict[str, dict[str, Any]]:
+    """Each variable the container sets one by one, with its entry (``value`` or ``valueFrom``)."""
+    (container,) = pod.spec["containers"]
+    return {var["name"]: var for var in container.get("env", [])}
+
+
+@contextmanager
+def environment(config_text: str, env: dict[str, str]) -> Iterator[None]:
+    """os.environ holding ``env`` and none of the config's other variables, for the block."""
+    names = {ref.name for ref in config_references(config_text)} | env.keys()
+    old = {name: os.environ.get(name) for name in names}
+    for name in names:
+        os.environ.pop(name, None)
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def effective_config(target: str, owner: str = "Deployment/cdcnorm-worker") -> Any:
+    """The pipeline config of ``target`` as the pod ``owner`` parses it (a PipelineConfig)."""
+    from service.config import parse_config
+
+    docs = render(target)
+    text = pipeline_text(target)
+    (pod,) = [p for p in consumers(docs) if p.owner == owner]
+    with environment(text, pod_env(docs, pod)):
+        return parse_config(yaml.safe_load(text), check_formats=False)
 
 
 @dataclass(frozen=True)
@@ -154,6 +267,7 @@ def pod_specs(docs: list[dict[str, Any]]) -> Iterator[PodSpec]:
                     "image": doc["spec"]["image"],
                     "securityContext": part.get("securityContext", {}),
                     "env": part.get("env", []),
+                    "envFrom": part.get("envFrom", []),
                     "volumeMounts": part.get("volumeMounts", []),
                     "resources": {"memory": part.get("memory")},
                 }
@@ -164,26 +278,6 @@ def pod_specs(docs: list[dict[str, Any]]) -> Iterator[PodSpec]:
                     "serviceAccountName": part.get("serviceAccount"),
                 }
                 yield PodSpec(f"SparkApplication/{name}/{role}", part.get("labels", {}), spec)
-
-
-def secret_refs(config_text: str) -> set[str]:
-    """The ``${ENV_VAR}`` values of a pipeline config (see service.config.resolve_secret)."""
-    found: set[str] = set()
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-        elif isinstance(node, str):
-            match = re.fullmatch(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", node)
-            if match:
-                found.add(match.group(1))
-
-    walk(yaml.safe_load(config_text))
-    return found
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -235,6 +329,13 @@ def test_references_resolve(target: str) -> None:
         account = pod.spec.get("serviceAccountName")
         if account:
             assert ("ServiceAccount", account) in names, f"{pod.owner}: ServiceAccount {account} is not rendered"
+        for container in pod.spec["containers"]:
+            for source in container.get("envFrom", []):
+                if "configMapRef" in source:
+                    cm = source["configMapRef"]["name"]
+                    assert ("ConfigMap", cm) in names, (
+                        f"{pod.owner}: envFrom ConfigMap {cm} is not rendered (is the hash suffix applied? see kustomizeconfig.yaml)"
+                    )
         for volume in pod.spec.get("volumes", []):
             if "configMap" in volume:
                 cm = volume["configMap"]["name"]
@@ -303,8 +404,8 @@ def test_worker_probes_and_ports_match_the_service() -> None:
     assert {"/healthz", "/readyz", "/metrics"} <= pages, f"service/app.py serves {sorted(pages)}"
     for target in OVERLAYS:
         docs = render(target)
-        config = pipeline_config(target)
-        port = config.get("web", {}).get("port", WebConfig().port)
+        port = effective_config(target).web.port
+        assert port == WebConfig().port, "the Dockerfile's HEALTHCHECK and EXPOSE use the default port"
         worker = one(docs, "Deployment", "cdcnorm-worker")
         assert "replicas" not in worker["spec"], "replicas belong to the autoscaler; kubectl apply would reset them"
         (container,) = worker["spec"]["template"]["spec"]["containers"]
@@ -323,26 +424,38 @@ def test_worker_probes_and_ports_match_the_service() -> None:
 
 
 @pytest.mark.parametrize("target", OVERLAYS)
-def test_secret_references_are_provided(target: str) -> None:
-    """Every ``${VAR}`` of the config is an env var of every container that loads the config."""
+def test_config_references_are_provided(target: str) -> None:
+    """Every ``${VAR}`` without a default is set in every pod that loads the config; a reference
+    under a secret key (password ...) is set from a Secret only, never a literal or a ConfigMap,
+    and in production the Secret is required."""
     docs = render(target)
-    cm = one(docs, "ConfigMap")
-    needed = secret_refs(cm["data"]["pipeline.yaml"])
-    consumers = [
-        pod for pod in pod_specs(docs)
-        if pod.owner in ("Deployment/cdcnorm-worker", "Deployment/cdcnorm-sink", "SparkApplication/cdcnorm-sink/driver")
-    ]
-    assert consumers
-    for pod in consumers:
-        for container in pod.spec["containers"]:
-            env = {e["name"]: e for e in container.get("env", [])}
-            missing = needed - env.keys()
-            assert not missing, f"{target} {pod.owner}: ${{{', '.join(sorted(missing))}}} used in pipeline.yaml but not set"
-            for name in needed:
-                ref = env[name].get("valueFrom", {}).get("secretKeyRef")
-                assert ref, f"{pod.owner}: {name} must come from a Secret, not a literal"
-                if target == "overlays/production":
-                    assert ref.get("optional") in (None, False), f"{pod.owner}: {name} must be required in production"
+    references = config_references(pipeline_configmap(docs)["data"]["pipeline.yaml"])
+    assert references, "the base pipeline.yaml reads its environment-specific settings from ${VAR}s"
+    secret = {ref.name for ref in references if ref.secret}
+    assert {"KAFKA_SASL_PASSWORD", "REDIS_PASSWORD"} <= secret
+    for pod in consumers(docs):
+        env = pod_env(docs, pod)
+        sources = env_sources(pod)
+        for ref in references:
+            if not ref.has_default:
+                assert ref.name in env, f"{target} {pod.owner}: ${{{ref.name}}} ({ref.path}) is used but not set"
+        for name in secret | {"KAFKA_SASL_USERNAME"}:
+            (container,) = pod.spec["containers"]
+            from_maps = [s for s in container.get("envFrom", []) if name in _configmap_data(docs, s)]
+            assert not from_maps, f"{pod.owner}: {name} comes from a ConfigMap; it belongs in a Secret"
+            if name not in sources:
+                assert target != "overlays/production", f"{pod.owner}: {name} is not set"
+                continue
+            ref = sources[name].get("valueFrom", {}).get("secretKeyRef")
+            assert ref, f"{pod.owner}: {name} must come from a Secret, not a literal"
+            if target == "overlays/production":
+                assert ref.get("optional") in (None, False), f"{pod.owner}: {name} must be required in production"
+
+
+def _configmap_data(docs: list[dict[str, Any]], source: dict[str, Any]) -> dict[str, str]:
+    name = source.get("configMapRef", {}).get("name")
+    found = [d.get("data", {}) for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == name]
+    return found[0] if found else {}
 
 
 # ----------------------------------------------------------------------------- pipeline configs
@@ -351,42 +464,35 @@ def test_secret_references_are_provided(target: str) -> None:
 def _validate_config(path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     cli = Path(sys.executable).parent / "cdcnorm"
     command = [str(cli)] if cli.exists() else [sys.executable, "-m", "service.cli"]
+    referenced = {ref.name for ref in config_references(path.read_text(encoding="utf-8"))}
+    inherited = {k: v for k, v in os.environ.items() if k not in referenced}
     return subprocess.run(
         [*command, "validate-config", str(path)],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        env={**inherited, "COLUMNS": "200", **(env or {})},
     )
 
 
-def _dummy_secrets(text: str) -> dict[str, str]:
-    return {name: "offline-check" for name in secret_refs(text)}
-
-
-@pytest.mark.parametrize("target", ["base", "overlays/production"])
+@pytest.mark.parametrize("target", TARGETS)
 def test_configmap_pipeline_passes_validate_config(target: str, tmp_path: Path) -> None:
+    """The config as each pod that loads it sees it passes validate-config and the sink's loader."""
     from sink.main import load_sink_config
 
-    text = one(render(target), "ConfigMap")["data"]["pipeline.yaml"]
+    docs = render(target)
+    text = pipeline_configmap(docs)["data"]["pipeline.yaml"]
     assert text == PIPELINE_FILES[target].read_text(encoding="utf-8")
     path = tmp_path / "pipeline.yaml"
     path.write_text(text, encoding="utf-8")
-    env = _dummy_secrets(text)
-    proc = _validate_config(path, env)
-    assert proc.returncode == 0, f"cdcnorm validate-config {PIPELINE_FILES[target]}:\n{proc.stderr}{proc.stdout}"
-    assert "valid" in proc.stdout
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        sink, _ = load_sink_config(path)
-    finally:
-        for key, value in old.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    assert sink.metrics_port == 9108, "the cdcnorm-sink Service and ServiceMonitor expect metrics on 9108"
+    for pod in consumers(docs):
+        env = pod_env(docs, pod)
+        proc = _validate_config(path, env)
+        assert proc.returncode == 0, f"cdcnorm validate-config {PIPELINE_FILES[target]} in {pod.owner}:\n{proc.stderr}{proc.stdout}"
+        assert "valid" in proc.stdout
+        with environment(text, env):
+            sink, _ = load_sink_config(path)
+        assert sink.metrics_port == 9108, "the cdcnorm-sink Service and ServiceMonitor expect metrics on 9108"
 
 
 def _broken_unknown_key(config: dict[str, Any]) -> None:
@@ -422,12 +528,26 @@ def test_broken_configmap_pipeline_names_the_key(breakage: Any, key: str, words:
     assert "Traceback" not in proc.stderr
 
 
-def test_production_topics_match_base() -> None:
-    base = yaml.safe_load(PIPELINE_FILES["base"].read_text(encoding="utf-8"))
-    prod = yaml.safe_load(PIPELINE_FILES["overlays/production"].read_text(encoding="utf-8"))
-    for key in ("topic_prefix", "topics"):
-        assert prod[key] == base[key], f"overlays/production/pipeline.yaml `{key}` differs from the base's: keep them in step"
-    assert prod["worker"]["app_id"] == base["worker"]["app_id"]
+def test_production_reuses_the_base_config() -> None:
+    """One pipeline.yaml: production only sets its environment (pipeline.env and Secrets)."""
+    base = PIPELINE_FILES["base"].read_text(encoding="utf-8")
+    for target in OVERLAYS:
+        assert pipeline_text(target) == base, f"{target} mounts another pipeline.yaml than k8s/base's"
+    assert not (K8S / "overlays" / "production" / "pipeline.yaml").exists(), "a copy of the config drifts: use pipeline.env"
+    local = effective_config("overlays/local")
+    assert local.broker.security_protocol.value == "PLAINTEXT" and local.broker.sasl_mechanism is None
+    assert local.redis.password is None and local.redis.url.startswith("redis://")
+    for owner in ("Deployment/cdcnorm-worker", "SparkApplication/cdcnorm-sink/driver"):
+        prod = effective_config("overlays/production", owner)
+        assert prod.topics == local.topics and prod.worker.app_id == local.worker.app_id
+        broker = prod.broker
+        assert (broker.security_protocol.value, broker.sasl_mechanism and broker.sasl_mechanism.value) == (
+            "SASL_SSL", "SCRAM-SHA-512")
+        assert broker.sasl_username == SECRET_PLACEHOLDER and broker.sasl_password is not None
+        assert len(broker.bootstrap_servers) == 3 and broker.session_timeout_s == 30
+        assert prod.redis.uses_tls and prod.redis.password is not None
+        assert prod.worker.max_inflight == 5000
+        assert prod.sink is not None and prod.sink["catalog"]["type"] == "rest"
 
 
 # ----------------------------------------------------------------------------- custom resources
@@ -435,7 +555,7 @@ def test_production_topics_match_base() -> None:
 
 def test_scaledobject_targets_the_worker_within_partitions() -> None:
     docs = render("overlays/production")
-    config = pipeline_config("overlays/production")
+    config = effective_config("overlays/production")
     scaled = one(docs, "ScaledObject")
     assert scaled["apiVersion"] == "keda.sh/v1alpha1"
     ref = scaled["spec"]["scaleTargetRef"]
@@ -449,15 +569,13 @@ def test_scaledobject_targets_the_worker_within_partitions() -> None:
     (trigger,) = scaled["spec"]["triggers"]
     assert trigger["type"] == "kafka"
     meta = trigger["metadata"]
-    assert meta["consumerGroup"] == config["worker"]["app_id"], "KEDA must watch the worker's consumer group"
-    brokers = config["broker"]["bootstrap_servers"]
-    brokers = brokers if isinstance(brokers, str) else ",".join(brokers)
-    assert meta["bootstrapServers"] == brokers
+    assert meta["consumerGroup"] == config.worker.app_id, "KEDA must watch the worker's consumer group"
+    assert meta["bootstrapServers"] == config.broker.bootstrap, "KAFKA_BOOTSTRAP of pipeline.env and the trigger differ"
     assert meta.get("allowIdleConsumers", "false") == "false"
-    protocol = config["broker"].get("security_protocol", "PLAINTEXT")
+    protocol = config.broker.security_protocol.value
     if protocol.startswith("SASL"):
         keda_sasl = {"PLAIN": "plaintext", "SCRAM-SHA-256": "scram_sha256", "SCRAM-SHA-512": "scram_sha512"}
-        assert meta.get("sasl") == keda_sasl[config["broker"]["sasl_mechanism"]]
+        assert meta.get("sasl") == keda_sasl[config.broker.sasl_mechanism.value]
         auth = one(docs, "TriggerAuthentication", trigger["authenticationRef"]["name"])
         params = {p["parameter"] for p in auth["spec"]["secretTargetRef"]}
         assert {"username", "password"} <= params
@@ -527,27 +645,16 @@ def test_sparkapplication_runs_the_sink_with_iceberg() -> None:
     volumes = {v["name"]: v for v in spec["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in spec["driver"]["volumeMounts"]}
     config_volume = volumes[mounts[str(Path(CONFIG_PATH).parent)]]
-    assert config_volume["configMap"]["name"] == one(docs, "ConfigMap")["metadata"]["name"]
+    assert config_volume["configMap"]["name"] == pipeline_configmap(docs)["metadata"]["name"]
     # the driver's account may create executors
     account = spec["driver"]["serviceAccount"]
     binding = one(docs, "RoleBinding")
     assert {"kind": "ServiceAccount", "name": account} in [
         {k: s[k] for k in ("kind", "name")} for s in binding["subjects"]
     ]
-    # Iceberg: the runtime from Maven at submit time, the catalog exactly as the sink config sets it
-    env = _dummy_secrets(one(docs, "ConfigMap")["data"]["pipeline.yaml"])
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        from service.config import load_config
-
-        sink = SinkConfig.model_validate(load_config(PIPELINE_FILES["overlays/production"], check_formats=False).sink)
-    finally:
-        for key, value in old.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    # Iceberg: the runtime from Maven at submit time, the catalog exactly as the sink config (with
+    # the driver's environment) sets it
+    sink = SinkConfig.model_validate(effective_config("overlays/production", "SparkApplication/cdcnorm-sink/driver").sink)
     conf = spec["sparkConf"]
     packages = conf["spark.jars.packages"].split(",")
     assert sink.jar_packages in packages, f"spark.jars.packages must carry {sink.jar_packages}"
@@ -567,11 +674,12 @@ def test_sparkapplication_runs_the_sink_with_iceberg() -> None:
 
 def test_local_overlay_is_self_contained() -> None:
     docs = render("overlays/local")
-    config = pipeline_config("overlays/local")
+    config = effective_config("overlays/local", "Deployment/cdcnorm-sink")
     services = {s["metadata"]["name"]: s for s in of_kind(docs, "Service")}
-    broker_host, broker_port = config["broker"]["bootstrap_servers"].rsplit(":", 1)
+    (broker,) = config.broker.bootstrap_servers
+    broker_host, broker_port = broker.rsplit(":", 1)
     assert broker_host in services and int(broker_port) in {p["port"] for p in services[broker_host]["spec"]["ports"]}
-    redis = re.match(r"redis://([^:/]+):(\d+)", config["redis"]["url"])
+    redis = re.match(r"redis://([^:/]+):(\d+)", config.redis.url)
     assert redis and redis.group(1) in services
     one(docs, "StatefulSet", redis.group(1))
     sink = one(docs, "Deployment", "cdcnorm-sink")
@@ -579,7 +687,7 @@ def test_local_overlay_is_self_contained() -> None:
     (container,) = sink["spec"]["template"]["spec"]["containers"]
     assert container.get("command", []) + container["args"] == ["python", "-m", "sink", "--config", CONFIG_PATH]
     assert (ROOT / "sink" / "__main__.py").is_file()
-    warehouse = config["sink"]["catalog"]["warehouse"]
+    warehouse = config.sink["catalog"]["warehouse"]
     assert warehouse in {m["mountPath"] for m in container["volumeMounts"]}, "the hadoop warehouse needs the PVC mount"
     # the Tansu broker binary is where the Deployment runs it from (inside the image's venv)
     tansu = one(docs, "Deployment", "kafka")["spec"]["template"]["spec"]["containers"][0]["command"][0]
