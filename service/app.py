@@ -98,7 +98,7 @@ class FatalMessageError(Exception):
 
 
 class ServicePipeline(Pipeline):
-    """The shared :class:`Pipeline` plus the service-only steps.
+    """The shared :class:`Pipeline` plus the service-only steps, in its :meth:`before_chain` hook.
 
     Order: decode → key overrides → partial-image completion (optional) → drop transaction
     boundaries unless enabled → chain → emit.
@@ -117,16 +117,11 @@ class ServicePipeline(Pipeline):
         self.completion = completion
         self.transactions = transactions
 
-    def events(self, message: Message) -> list[Event]:
-        events = self.decoder.decode_safely(message)
-        if self.key_overrides:
-            events = [self._override_key(e) for e in events]
+    def before_chain(self, events: list[Event]) -> list[Event]:
         if self.completion is not None and events:
             events = self.completion(events)
         if not self.transactions:
             events = [e for e in events if not isinstance(e, TransactionEvent)]
-        if self.chain.steps and events:
-            events = self.chain.apply(events)
         return events
 
 

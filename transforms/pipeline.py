@@ -16,7 +16,8 @@ class Pipeline:
     """Runs one message through a decoder, optional key overrides, a chain, and the emitter.
 
     ``key_overrides`` maps ``db.table`` (or ``table``) to the key columns to use for that table,
-    like Debezium's ``message.key.columns``.
+    like Debezium's ``message.key.columns``. A subclass adds steps between the key overrides and
+    the chain by overriding :meth:`before_chain` (the worker's ``ServicePipeline`` does).
     """
 
     def __init__(
@@ -36,8 +37,13 @@ class Pipeline:
         events = self.decoder.decode_safely(message)
         if self.key_overrides:
             events = [self._override_key(e) for e in events]
+        events = self.before_chain(events)
         if self.chain.steps:
             events = self.chain.apply(events)
+        return events
+
+    def before_chain(self, events: list[Event]) -> list[Event]:
+        """Hook between the key overrides and the chain: the events the chain gets (here unchanged)."""
         return events
 
     def process(self, message: Message) -> list[OutRecord]:
