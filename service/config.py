@@ -1,13 +1,21 @@
 """The pipeline configuration: a YAML file validated into typed models at start-up.
 
+Every string value may hold ``${VAR}``, ``${VAR:-default}`` or ``${VAR:?message}`` references
+(POSIX shell semantics, through the ``expandvars`` library; ``$${`` is a literal ``${``) or be a
+whole ``file:/path`` reference (outside the ``sink:`` section, where only secret-looking keys
+read files); :func:`parse_config` resolves them all before validating (:func:`resolve_reference`).
+
 Every section forbids unknown keys (the ``sink:`` section too, through
-:class:`sink.config.SinkConfig`). A bad setting stops start-up with a
+:class:`sink.config.SinkConfig`). A bad config stops start-up with a
 :class:`~transforms.errors.ConfigError` that names the YAML key path (``topics[1].format``),
-the value and the reason. Secrets (``broker.sasl_password``, ``broker.ssl_password``,
-``redis.password``, ``redis.ssl_password``) may be given literally, as ``${ENV_VAR}`` or as
-``file:/path``; they are held as :class:`pydantic.SecretStr` and never printed: the value of
-an error on a secret-looking key is masked (``***``), passwords inside URLs are masked, and
-:class:`SecretRedactor` replaces resolved secret values in every log record.
+the value and the reason; a config with several problems raises :class:`ConfigErrors`, which
+lists every one of them. Kafka Connect's error-handling keys (:data:`CONNECT_ERROR_KEYS`) are
+accepted next to cdcnorm's own. Secrets (``broker.sasl_password``, ``broker.ssl_password``,
+``redis.password``, ``redis.ssl_password``) are held as :class:`pydantic.SecretStr` and never
+printed: the value of an error on a secret-looking key is masked (``***``, or the reference it
+came from with its default masked), passwords inside URLs are masked, and
+:class:`SecretRedactor` replaces resolved secret values (those of references under
+secret-looking keys anywhere in the config included) in every log record.
 
 The settings reach the clients through :meth:`BrokerConfig.librdkafka` (confluent-kafka: the
 sink, ``tail``), :meth:`BrokerConfig.faust_credentials` / :meth:`BrokerConfig.aiokafka_auth`
