@@ -24,6 +24,7 @@ import orjson
 import pytest
 
 from tests.fuzz.seeds import Seed, SnapshotStore, format_seeds, fuzz_formats
+from tests.goldens import DATA
 from transforms.connect import Column, ConnectType
 from transforms.decoders import Decoder, Message, create_decoder, decoder_class
 from transforms.decoders.base import coerce_checked
@@ -31,7 +32,7 @@ from transforms.decoders.connect_json import from_extended_json
 from transforms.decoders.qlik import ENVELOPE_SCHEMA
 from transforms.decoders.qlik_model import ColumnMask
 from transforms.envelope import ChangeEvent, EmitOptions, Event, SchemaChangeEvent, emit
-from transforms.errors import DecodeError, StateStoreError
+from transforms.errors import DecodeError, DetectionError, StateStoreError
 from transforms.jsonio import check_depth
 from transforms.values import CoercionError
 
@@ -451,12 +452,33 @@ def test_binary_formats_accept_base64_through_auto_within_the_limit() -> None:
         decoder.decode(Message(value=encoded))
 
 
+def _golden_errors(format_id: str, case: str) -> dict[int, tuple[str, str | None]]:
+    """The input lines a golden case expects to fail: line -> (error class, field)."""
+    expected = DATA / format_id / f"{case}.expected.jsonl"
+    rows = [orjson.loads(line) for line in expected.read_bytes().splitlines() if line.strip()]
+    return {row["line"]: (row["error_class"], row["field"]) for row in rows if "error_class" in row}
+
+
 def test_every_golden_message_still_emits_after_decode_safely() -> None:
+    """A golden message emits, or fails exactly as its golden file expects (format, class, field)."""
+    failed = 0
     for format_id in FORMATS:
         for seed in format_seeds(format_id)[:3]:
             try:
                 events = seed.decoder().decode_safely(seed.message)
-            except DecodeError:
+            except DecodeError as exc:
+                failed += 1
+                source, _, case = seed.case.rpartition("/") if format_id == "auto" else (format_id, "", seed.case)
+                if format_id == "auto" and isinstance(exc, DetectionError):
+                    assert exc.format_id == "auto", f"{seed.label}: {exc}"
+                    continue
+                assert exc.format_id == source, f"{format_id} {seed.label}: the error names format {exc.format_id}"
+                expected = _golden_errors(source, case).get(seed.line)
+                assert expected == (type(exc).__name__, exc.field), (
+                    f"{format_id} {seed.label}: {type(exc).__name__} at field {exc.field!r}, the golden file expects "
+                    f"{expected or 'records'}: {exc}"
+                )
                 continue
             for record in emit(events, EmitOptions(prefix="p")):
                 record.to_json_line()
+    assert failed, "no golden message failed: the bad-input cases are not among the seeds any more"
