@@ -42,7 +42,18 @@ from transforms.pipeline import Pipeline
 
 DATA = Path(__file__).parent / "data"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+"""The folder beside the checkout that holds vendor test vectors; a checkout may not have it."""
 REGEN = os.environ.get("CDCNORM_REGEN") == "1"
+
+
+def shared_path(*parts: str) -> Path:
+    """A file of :data:`SHARED`; the calling test is skipped, with the reason, when it is not there."""
+    path = SHARED.joinpath(*parts)
+    if not path.exists():
+        import pytest
+
+        pytest.skip(f"{path} is absent (the shared folder beside the repository holds the vendor vectors)")
+    return path
 
 
 @dataclass(frozen=True)

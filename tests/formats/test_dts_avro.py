@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.goldens import shared_path
 from transforms.connect import ConnectType, Logical
 from transforms.decoders import Message, create_decoder
 from transforms.decoders.dts_avro import DtsAvroDecoder, DtsSchemaVersion, _sequence, record_schema
@@ -87,16 +88,11 @@ def test_golden_inputs_are_what_the_generator_writes() -> None:
 
 
 def test_schema_files_are_the_vendor_schemas_unmodified() -> None:
-    shared = Path(__file__).resolve().parents[2].parent / "shared" / "vectors" / "dts-avro"
-    if not shared.exists():
-        pytest.skip("shared vectors not available")
+    current = shared_path("vectors", "dts-avro", "LioRoger-subscribe_example-Record.avsc")
+    old = shared_path("vectors", "dts-avro", "LioRoger-subscribe_example-Record-2019-no-bornTimestamp.avsc")
     package = Path(__file__).resolve().parents[2] / "transforms" / "decoders" / "schemas"
-    assert (package / "dts_record.avsc").read_bytes() == (
-        shared / "LioRoger-subscribe_example-Record.avsc"
-    ).read_bytes()
-    assert (package / "dts_record_2019.avsc").read_bytes() == (
-        shared / "LioRoger-subscribe_example-Record-2019-no-bornTimestamp.avsc"
-    ).read_bytes()
+    assert (package / "dts_record.avsc").read_bytes() == current.read_bytes()
+    assert (package / "dts_record_2019.avsc").read_bytes() == old.read_bytes()
 
 
 # ----------------------------------------------------------------------------- values and types
