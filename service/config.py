@@ -88,6 +88,7 @@ __all__ = [
     "mask_secrets",
     "mask_url",
     "parse_config",
+    "resolve_field",
     "resolve_reference",
     "resolve_secret",
 ]
@@ -182,8 +183,11 @@ def resolve_secret(value: Any) -> Any:
     return resolve_reference(value) if isinstance(value, str) else value
 
 
-def _resolve_field(value: Any, info: ValidationInfo) -> Any:
-    # parse_config resolved every reference already: resolving again would undo a `$${` escape
+def resolve_field(value: Any, info: ValidationInfo) -> Any:
+    """A pydantic ``BeforeValidator`` for a field that may hold a reference (``Secret`` here, the
+    secrets of other config models): resolves it when the model is validated on its own, passes
+    it unchanged under :func:`parse_config`, which resolved every reference already (resolving
+    again would undo a ``$${`` escape, or read a secret that starts with ``file:`` as a path)."""
     if isinstance(info.context, dict) and info.context.get(_RESOLVED):
         return value
     return resolve_secret(value)
@@ -252,7 +256,7 @@ def mask_secrets(path: str, value: Any) -> Any:
     return value
 
 
-Secret = Annotated[SecretStr, BeforeValidator(_resolve_field)]
+Secret = Annotated[SecretStr, BeforeValidator(resolve_field)]
 
 
 def _existing_file(value: Path) -> Path:
@@ -264,7 +268,7 @@ def _existing_file(value: Path) -> Path:
 ExistingFile = Annotated[Path, AfterValidator(_existing_file)]
 """A path that must name an existing file (TLS CA, certificate and key files)."""
 # Not secret, but usually delivered with the secret (e.g. a Kubernetes Secret's `username`).
-Resolved = Annotated[str, BeforeValidator(_resolve_field)]
+Resolved = Annotated[str, BeforeValidator(resolve_field)]
 
 
 class SecretRedactor:
