@@ -1098,6 +1098,28 @@ def requirement_closure(extras: list[str]) -> list[str]:
     return out
 
 
+def _extra_requirements(requirement: Any) -> set[str]:
+    """What the extras of ``requirement`` (``confluent-kafka[avro]``) add, read from the installed distribution."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    from packaging.requirements import Requirement
+
+    if not requirement.extras:
+        return set()
+    try:
+        declared = distribution(requirement.name).requires or []
+    except PackageNotFoundError:
+        pytest.fail(f"{requirement.name} is not installed: `make test` installs {DEV_LOCK}", pytrace=False)
+    out = set()
+    for text in declared:
+        dependency = Requirement(text)
+        if dependency.marker is None or dependency.marker.evaluate({"extra": ""}):
+            continue  # not an extra's
+        if any(dependency.marker.evaluate({"extra": extra}) for extra in requirement.extras):
+            out.add(_normalize(dependency.name))
+    return out
+
+
 def test_lock_files_match_pyproject() -> None:
     """Offline: every lock pins what pyproject.toml asks for, within its specifiers (`make lock-check` recompiles)."""
     from packaging.requirements import Requirement
@@ -1122,6 +1144,8 @@ def test_lock_files_match_pyproject() -> None:
             assert requirement.specifier.contains(found.pins[name], prereleases=True), (
                 f"{path}: {name}=={found.pins[name]} does not satisfy pyproject.toml's {text}: run `make lock`"
             )
+            for needed in _extra_requirements(requirement):
+                assert needed in found.pins, f"{path}: {text} needs {needed}, the lock has none: run `make lock`"
         stale = found.from_pyproject - wanted
         assert not stale, f"{path}: pinned for pyproject.toml, which no longer asks for {sorted(stale)}: run `make lock`"
         if path != DEV_LOCK:
