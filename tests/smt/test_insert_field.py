@@ -124,9 +124,9 @@ def test_connect_field_specs_and_topic_field() -> None:
     ins = make("insert-field", static__field="region!", static__value="eu", topic__field="src_topic?")
     out = only(apply_pure(ins, change(topic="routed")))
     assert out.after["region"] == "eu" and out.after["src_topic"] == "routed"
-    assert out.table.columns[-2:] == (
-        Column("region", ConnectType.STRING, False),
+    assert out.table.columns[-2:] == (  # Kafka Connect's order: the topic field, then the static one
         Column("src_topic", ConnectType.STRING, True),
+        Column("region", ConnectType.STRING, False),
     )
     chain = build_chain([{"type": "insert-field", "topic.field": "t"}], emit_options=EmitOptions(prefix="p"))
     row = only(chain.apply([row_event()]))

@@ -8,8 +8,18 @@ from typing import Any
 import pytest
 
 from tests.smt.samples import NON_DATA, ORDERS, TX, apply_pure, change, make, only, row
-from transforms.connect import ConnectType
-from transforms.envelope import ChangeEvent, EmitOptions, Event, Operation, RowEvent, emit
+from transforms.connect import ConnectType, TableSchema
+from transforms.envelope import (
+    ChangeEvent,
+    EmitOptions,
+    Event,
+    NativeLayout,
+    NativeSource,
+    Operation,
+    RowEvent,
+    SourceInfo,
+    emit,
+)
 from transforms.errors import ConfigError, TransformError
 from transforms.smt import build_chain, create_transform
 from transforms.values import UNAVAILABLE
@@ -311,3 +321,56 @@ def test_drop_fields_header_drops_optional_non_key_columns(listed: bytes) -> Non
     assert _records([out])[0][1] == {"id": 1, "amount": "A+c=", "__op": "u"}
     assert only(unwrap.apply(change("u"))).row == {**row(), "__op": "u"}  # no header, nothing dropped
     assert only(unwrap.apply(change("u", headers=(("drop", b"[]"),)))).row == {**row(), "__op": "u"}
+
+
+def test_row_keeps_the_key_of_the_change() -> None:
+    """A key column absent from an update's after image is keyed from before, as the change was."""
+    after = {k: v for k, v in row(1).items() if k != "id"}
+    out = only(apply_pure(make("unwrap"), change("u", before=row(1), after=after)))
+    assert out.row == after and out.key_source == {**after, "id": 1}
+    same = only(make("unwrap").apply(change("u")))
+    assert same.key_source is same.row or same.key_source == same.row
+
+
+def test_derived_tables_keep_the_topic_namespace() -> None:
+    table = TableSchema("inventory", "public", "orders", ORDERS.columns, ORDERS.key, topic_namespace="public")
+    for name, config in (
+        ("unwrap", {"delete.tombstone.handling.mode": "rewrite", "add.fields": "op"}),
+        ("replace-field", {"exclude": "note"}),
+        ("insert-field", {"static.field": "s", "static.value": "v"}),
+    ):
+        out = only(create_transform(name, config).apply(change("c", table=table)))
+        assert out.table.topic_namespace == "public", name
+
+
+def test_connector_source_fields_are_read_from_its_own_block() -> None:
+    schema = {
+        "type": "struct",
+        "name": "io.debezium.connector.mongodb.Source",
+        "optional": False,
+        "fields": [
+            {"type": "string", "optional": False, "field": "collection"},
+            {"type": "int32", "optional": True, "field": "ord"},
+            {
+                "type": "string",
+                "optional": True,
+                "name": "io.debezium.data.Enum",
+                "version": 1,
+                "parameters": {"allowed": "true,false"},
+                "field": "snapshot",
+            },
+        ],
+    }
+    native = NativeSource(
+        NativeLayout(2, schema, (), ()), {"collection": "orders", "ord": 3, "snapshot": "false"}, {}
+    )
+    event = change("c", source=SourceInfo("debezium-json", ts_ms=5, native=native))
+    unwrap = make("unwrap", add__fields="collection,source.ord,snapshot,table", add__headers="collection")
+    out = only(apply_pure(unwrap, event))
+    added = {k: v for k, v in out.row.items() if k.startswith("__")}
+    assert added == {"__collection": "orders", "__source_ord": 3, "__snapshot": "false", "__table": None}
+    columns = {c.name: c for c in out.table.columns}
+    assert columns["__source_ord"].type is ConnectType.INT32 and columns["__source_ord"].optional
+    assert columns["__snapshot"].logical == "io.debezium.data.Enum"
+    assert columns["__collection"].optional
+    assert out.headers == (("__collection", b"orders"),)

@@ -152,16 +152,17 @@ class InsertField(Transform):
 
     def _additions(self, event: ChangeEvent | RowEvent) -> tuple[TableSchema, dict[str, Any]]:
         values: dict[str, Any] = {}
-        columns = list(self._static)
-        if self._static:
-            values[self._static[0].name] = self.config.static_value
-        if self._topic is not None:
+        columns: list[Column] = []
+        if self._topic is not None:  # Kafka Connect's order: topic, then static
             values[self._topic.name] = destination_topic(event, self._naming)
             columns.append(self._topic)
+        if self._static:
+            values[self._static[0].name] = self.config.static_value
+            columns.append(self._static[0])
         for field in self._fields:
             value = field.value(event, self._naming)
             values[field.column] = value
-            columns.append(field.column_for(value))
+            columns.append(field.column_for(value, event))
         return self._tables.get((event.table, tuple(columns))), values
 
     def apply(self, event: Event) -> list[Event]:

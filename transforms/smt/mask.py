@@ -22,8 +22,9 @@ a table that has such a masked column.
 
 Also named ``org.apache.kafka.connect.transforms.MaskField$Value``, with Connect's defaults:
 ``replacement`` empty (strings become ``""``) and ``numeric.replacement=true``. Where Connect
-refuses a value (bytes always; booleans, dates, times and collections with a replacement),
-cdcnorm masks it as listed above.
+fails on a value (bytes always; a decimal with a scale, whose ``0`` it writes with scale 0;
+booleans, dates and times with a replacement), cdcnorm masks it as listed above. Connect masks
+``__debezium_unavailable_value`` like any string; cdcnorm leaves it.
 """
 
 from __future__ import annotations

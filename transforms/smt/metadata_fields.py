@@ -2,7 +2,9 @@
 
 A field is named the way Debezium's ``add.fields`` names it: ``op``, ``ts_ms`` (the envelope's),
 ``table``, ``source.ts_ms``, ``transaction.id``, or any position field of the format (``pos``,
-``lsn``, ``scn`` ... from :attr:`SourceInfo.fields`). The column gets the prefix (``__``) and
+``lsn``, ``scn`` ... from :attr:`SourceInfo.fields`). A change that kept a Debezium connector's
+own ``source`` block (:attr:`SourceInfo.native`) has its source fields read from that block and
+typed by its schema, as Debezium reads them. The column gets the prefix (``__``) and
 dots become underscores: ``source.ts_ms`` → ``__source_ts_ms``; as in Debezium,
 ``source.ts_ms:event_ts`` names the column ``__event_ts`` instead.
 
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from transforms.connect import Column, ConnectType, TableSchema
+from transforms.decoders.connect_json import FieldError, column_from_schema, struct_field_schemas
 from transforms.envelope import (
     ChangeEvent,
     EmitOptions,
@@ -74,6 +77,8 @@ class MetadataField:
             return destination_topic(event, naming or EmitOptions())
         table = event.table
         source_name = self._source_name
+        if source_name is not None and isinstance(event, ChangeEvent) and event.source.native is not None:
+            return event.source.native.source.get(source_name)
         if source_name in _TABLE_PARTS:
             return getattr(table, source_name)
         if source_name == "name":
@@ -96,10 +101,40 @@ class MetadataField:
             return source.sequence
         return source_field_value(source.fields.get(source_name or ""))
 
-    def column_for(self, value: Any) -> Column:
-        """The (optional) column of this field; a format's own fields are typed by value."""
+    def column_for(self, value: Any, event: ChangeEvent | RowEvent | None = None) -> Column:
+        """The (optional) column of this field; a format's own fields are typed by value, a
+        connector's own source fields by their schema."""
+        native = _native_column(event, self._source_name, self.column) if event is not None else None
+        if native is not None:
+            return native
         ctype = _FIXED_TYPES.get(self.spec) or source_field_type(value)
         return Column(self.column, ctype, True)
+
+
+_native_columns: dict[tuple[int, str, str], tuple[dict[str, Any], Column | None]] = {}
+"""(id(source schema), field, column) → (that schema, the column); see :func:`_native_column`."""
+
+
+def _native_column(event: ChangeEvent | RowEvent, field: str | None, column: str) -> Column | None:
+    """The column of source field ``field`` as a connector's own source schema types it."""
+    if field is None or not isinstance(event, ChangeEvent) or event.source.native is None:
+        return None
+    schema = event.source.native.layout.source_schema
+    if schema is None:
+        return None
+    key = (id(schema), field, column)
+    hit = _native_columns.get(key)
+    if hit is not None and hit[0] is schema:
+        return hit[1]
+    try:
+        found = struct_field_schemas(schema).get(field)
+        col = column_from_schema(found, column).as_optional(True) if found is not None else None
+    except FieldError:
+        col = None
+    if len(_native_columns) > 4096:
+        _native_columns.clear()
+    _native_columns[key] = (schema, col)
+    return col
 
 
 def parse_metadata_fields(
@@ -140,4 +175,4 @@ def with_added_columns(table: TableSchema, added: Iterable[Column], transform: s
                 transform, f"added field {name!r} would replace key column of {table.qualified_name}"
             )
     kept = tuple(c for c in table.columns if c.name not in names)
-    return TableSchema(table.db, table.schema, table.table, kept + added, table.key)
+    return TableSchema(table.db, table.schema, table.table, kept + added, table.key, table.topic_namespace)

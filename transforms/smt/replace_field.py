@@ -129,7 +129,7 @@ class ReplaceField(Transform):
                 )
             seen.add(col.name)
         key = tuple(self._renames.get(k, k) for k in table.key)
-        derived = TableSchema(table.db, table.schema, table.table, columns, key)
+        derived = TableSchema(table.db, table.schema, table.table, columns, key, table.topic_namespace)
         return table if derived == table else derived
 
     def _row(self, row: dict[str, Any] | None) -> dict[str, Any] | None:

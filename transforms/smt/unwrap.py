@@ -225,8 +225,17 @@ def _derive(key: _TableKey, transform: str) -> TableSchema:
     table, added, dropped = key
     if dropped:
         kept = tuple(c for c in table.columns if c.name not in dropped)
-        table = TableSchema(table.db, table.schema, table.table, kept, table.key)
+        table = table.with_columns(kept)
     return with_added_columns(table, added, transform)
+
+
+def _key_source(event: ChangeEvent, image: dict[str, Any]) -> dict[str, Any]:
+    """``image`` with the key values the change is keyed by (a key column absent from an update's
+    ``after`` is keyed from ``before``), so the row keeps the record's key as Debezium's does."""
+    keys = key_payload(event.table.key, event.before, event.after)
+    if keys is None or all(k in image and image[k] is v for k, v in keys.items()):
+        return image
+    return {**image, **keys}
 
 
 def header_text(value: Any) -> bytes | None:
@@ -367,6 +376,8 @@ class ExtractNewRecordState(Transform):
         for field in self._fields:
             value = field.value(event, None)
             row[field.column] = value
-            columns.append(field.column_for(value))
+            columns.append(field.column_for(value, event))
         table = self._tables.get((event.table, tuple(columns), dropped))
-        return RowEvent(table, row, image, deleted, event.op, topic, headers, tombstone=False)
+        return RowEvent(
+            table, row, _key_source(event, image), deleted, event.op, topic, headers, tombstone=False
+        )
