@@ -164,6 +164,7 @@ def transform(
     pipeline: Pipeline
     output_topic: Callable[[str], str]
     if config is not None:
+        require_extras("cdcnorm transform --config", "service")  # the worker's pipeline (service.app)
         from service.app import Normalizer
         from service.config import load_config
 
@@ -484,6 +485,7 @@ def dlq_replay(
     letter became. Prints one JSON line per dead letter and a summary on stderr. Exit code 0 when
     every one was replayed, 2 when some failed again or cannot be replayed, 1 on an error.
     """
+    require_extras("cdcnorm dlq replay", "service")
     from service.config import SecretRedactor, load_config
     from service.replay import ReplayError, default_dlq_topics, replay_dead_letters
 

@@ -9,8 +9,11 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 import yaml
+from typer.testing import CliRunner
 
+from service.cli import app
 from transforms.envelope import EmitOptions
 from transforms.smt.registry import build_chain
 
@@ -203,3 +206,31 @@ def test_transaction_records_as_the_config_entry_says(tmp_path: Path) -> None:
     assert statuses("--config", str(config), "--topic", "txn") == []  # the worker's default drops them
     config.write_text(yaml.safe_dump({"topics": [{**entry, "transaction_metadata": True}]}))
     assert statuses("--config", str(config), "--topic", "txn") == ["BEGIN", "END"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["transform", "--config", "pipeline.yaml", "--topic", "src", "-"], ["dlq", "replay", "--config", "pipeline.yaml"]],
+    ids=["transform-config", "dlq-replay"],
+)
+def test_commands_of_the_worker_pipeline_name_the_service_extra(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from service.cli import main
+    from service.extras import EXTRAS
+
+    monkeypatch.setitem(EXTRAS, "service", (*EXTRAS["service"], "cdcnorm_test_module_that_is_not_installed"))
+    monkeypatch.setattr(sys, "argv", ["cdcnorm", *argv])
+    with pytest.raises(SystemExit) as info:
+        main()
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.rstrip().endswith("pip install 'cdcnorm[service]'"), err
+
+
+def test_transform_without_config_needs_no_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.extras import EXTRAS
+
+    monkeypatch.setitem(EXTRAS, "service", (*EXTRAS["service"], "cdcnorm_test_module_that_is_not_installed"))
+    result = CliRunner().invoke(app, ["transform", "--format", "canal-json", "-"], input=NO_TABLE + b"\n")
+    assert result.exit_code == 0, result.output
