@@ -208,12 +208,14 @@ class UnwrapConfig(SmtConfig):
             )
         return self
 
-    def delete_policy(self) -> tuple[_Delete, bool]:
-        """What a delete becomes, and whether the tombstone after it stays."""
-        if self.delete_handling_mode is None and self.drop_tombstones is None:
-            return _MODES[self.delete_tombstone_handling_mode]
-        record = _LEGACY[self.delete_handling_mode or DeleteHandlingMode.DROP]
-        return record, self.drop_tombstones is False
+
+def _delete_policy(config: UnwrapConfig) -> tuple[_Delete, bool]:
+    """What a delete becomes, and whether the tombstone after it stays (Debezium 2's options as
+    its ``LegacyDeleteHandlingStrategy`` read them: defaults ``drop`` and ``drop.tombstones=true``)."""
+    if config.delete_handling_mode is None and config.drop_tombstones is None:
+        return _MODES[config.delete_tombstone_handling_mode]
+    record = _LEGACY[config.delete_handling_mode or DeleteHandlingMode.DROP]
+    return record, config.drop_tombstones is False
 
 
 _DELETED_COLUMN = Column(DELETED_FIELD, ConnectType.STRING, True)
@@ -279,7 +281,7 @@ class ExtractNewRecordState(Transform):
         self._headers: tuple[MetadataField, ...] = parse_metadata_fields(
             config.add_headers, config.add_headers_prefix, allow_topic=False
         )
-        self._delete, self._keep_tombstone = config.delete_policy()
+        self._delete, self._keep_tombstone = _delete_policy(config)
         self._rewrite = self._delete is _Delete.REWRITE
         self._tables: DerivedTableCache[_TableKey, TableSchema] = DerivedTableCache(
             lambda k: _derive(k, self.name)
