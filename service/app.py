@@ -46,6 +46,7 @@ from time import perf_counter
 from typing import Any
 
 from service.config import ErrorPolicy, OutputClient, PipelineConfig, TopicEntry, build_chain_checked
+from service.converters import RecordConverter, build_converter
 from service.dlq import dead_letter
 from service.metrics import WorkerMetrics
 from service.output import BatchedOutput, Output, OutputProducer, Record
@@ -143,6 +144,7 @@ class EntryRuntime:
     entry: TopicEntry
     pipeline: ServicePipeline
     dlq_topic: str
+    converter: RecordConverter | None = None  # the entry's output converters; None: JSON with schemas
 
     @property
     def format_id(self) -> str:
@@ -239,7 +241,9 @@ class Normalizer:
             completion=completion,
             transactions=entry.transaction_metadata,
         )
-        return EntryRuntime(index, entry, pipeline, entry.output_dlq_topic(self.config.topic_prefix))
+        return EntryRuntime(
+            index, entry, pipeline, entry.output_dlq_topic(self.config.topic_prefix), build_converter(entry.output)
+        )
 
     def runtime_for(self, topic: str) -> EntryRuntime | None:
         """The entry that handles ``topic`` (first match), cached per topic name."""
@@ -260,6 +264,8 @@ class Normalizer:
         fmt = runtime.format_id
         try:
             records = runtime.pipeline.process(message)
+            if runtime.converter is not None:  # serialized here: a record it cannot write is a dead letter
+                records = runtime.converter.convert(records)
         except StateStoreError:
             raise
         except Exception as exc:

@@ -61,6 +61,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from service.converters import OutputConfig
 from transforms.errors import CdcnormError, ConfigError
 
 if TYPE_CHECKING:
@@ -778,6 +779,7 @@ class TopicEntry(_Section):
     complete_partial_images: bool = False
     row_state: RowStateConfig = Field(default_factory=RowStateConfig)
     transaction_metadata: bool = False
+    output: OutputConfig | None = Field(None, description="Key/value converters (service.converters): json, json without schemas, avro.")
 
     @model_validator(mode="before")
     @classmethod
