@@ -4,12 +4,27 @@ A :class:`SinkChange` is one change of one table, decoded to Python values, with
 position: ``source.sequence`` when the record has one, else the Kafka partition/offset (a key
 always lands in the same partition, so offsets order the changes of a key).
 
+:class:`RecordParser` reads the worker's three output converters (``service.converters``), told
+apart by their bytes, key and value each:
+
+* JSON with schemas (``{"schema", "payload"}``): the Connect schema types the columns;
+* Confluent Avro (magic byte 0 and a 4-byte schema id): the writer schema comes from the schema
+  registry of ``sink.schema_registry`` and is mapped back to its Connect schema
+  (``transforms.avro.connect_schema``; the ``connect.*`` properties keep every Connect type);
+* JSON without schemas (the payload alone): the record is read as a Debezium JSON record without a
+  schema (the ``debezium-json`` decoder), so the columns are typed the way the worker types any
+  schemaless input: inferred from the values, per table and kept stable (the join of the types
+  seen; ``transforms.decoders.schemaless_json``), the key columns are the key payload's fields.
+  Only what JSON shows survives: decimals of ``decimal.handling.mode=precise`` arrive as their
+  base64 text (a string column), dates and times as numbers.
+
 :func:`compact` keeps the last change per key in source order within a micro-batch, folds
 earlier images into a later partial image, and splits the batch at truncates.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -17,12 +32,22 @@ from typing import Any
 import orjson
 
 from sink.types import SinkColumn, columns_from_schema
+from transforms.avro import AvroMappingError, connect_payload, connect_schema
 from transforms.decoders import DECODERS
 from transforms.decoders.connect_json import position_sequence
 from transforms.envelope import AFTER, BEFORE, UNAVAILABLE_AFTER, UNAVAILABLE_BEFORE
 from transforms.values import UNAVAILABLE, UNAVAILABLE_BYTES
 
-__all__ = ["ChangeParseError", "SinkChange", "TableBatch", "compact", "ordering", "parse_record", "source_sequence"]
+__all__ = [
+    "ChangeParseError",
+    "RecordParser",
+    "SinkChange",
+    "TableBatch",
+    "compact",
+    "ordering",
+    "parse_record",
+    "source_sequence",
+]
 
 
 class ChangeParseError(ValueError):
@@ -106,19 +131,142 @@ def _columns(row_schema: dict[str, Any], key_schema: dict[str, Any] | None) -> t
     return hit
 
 
+def _is_document(doc: Any) -> bool:
+    """A Connect JSON document with its schema: ``{"schema": ..., "payload": ...}``."""
+    return isinstance(doc, dict) and "schema" in doc and "payload" in doc
+
+
+class RecordParser:
+    """Parses records of normalized topics in any of the worker's output formats (see the module).
+
+    ``registry`` is a confluent-kafka ``SchemaRegistryClient`` for Avro records (``None``: an Avro
+    record is a :class:`ChangeParseError` naming ``sink.schema_registry``). The parser keeps the
+    writer schemas it has read, and for schemaless JSON the inferred column types per table.
+    """
+
+    def __init__(self, registry: Any = None) -> None:
+        self._registry = registry
+        self._avro: dict[int, tuple[Any, dict[str, Any]]] = {}  # schema id -> (fastavro schema, Connect schema)
+        self._schemaless: Any = None  # the debezium-json decoder that types schemaless records
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> RecordParser:
+        """A parser with the registry of ``sink.schema_registry`` (``None``: JSON only)."""
+        if settings is None:
+            return cls()
+        from service.converters import registry_client
+
+        return cls(registry_client(settings))
+
+    def parse(
+        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None
+    ) -> SinkChange | None:
+        """The change in a normalized record; ``None`` for tombstones and non-change records."""
+        if value is None:
+            return None
+        where = f"{topic}[{partition}]@{offset}"
+        doc = self._document(value, where)
+        if not isinstance(doc, dict):
+            raise ChangeParseError(f"{where}: expected an object")
+        if _is_document(doc) and doc["schema"] is None:  # JsonConverter's form of a schemaless value
+            doc = doc["payload"]
+            if not isinstance(doc, dict):
+                return None
+        key_doc = self._document(key, where + " key") if key else None
+        if not _is_document(doc):
+            if "op" not in doc:
+                return None  # schema-change / transaction / unwrapped rows are not table changes
+            doc, key_doc = self._typed(topic, partition, offset, key_doc, doc, where)
+            if doc is None:
+                return None
+        return _parse_document(topic, partition, offset, key_doc, doc)
+
+    def _document(self, data: bytes, where: str) -> Any:
+        """A record part as a JSON document: parsed JSON, or an Avro record as ``{schema, payload}``."""
+        if data[:1] == b"\x00" and len(data) >= 5:
+            return self._avro_document(data, where)
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise ChangeParseError(f"{where}: not JSON: {exc}") from exc
+
+    def _avro_document(self, data: bytes, where: str) -> dict[str, Any]:
+        schema_id = int.from_bytes(data[1:5], "big")
+        if self._registry is None:
+            raise ChangeParseError(
+                f"{where}: an Avro record (schema id {schema_id}): set sink.schema_registry to read Avro topics"
+            )
+        from fastavro import schemaless_reader
+
+        hit = self._avro.get(schema_id)
+        if hit is None:
+            hit = self._avro[schema_id] = self._writer_schema(schema_id, where)
+        parsed, schema = hit
+        try:
+            datum = schemaless_reader(io.BytesIO(data[5:]), parsed, None)
+            return {"schema": schema, "payload": connect_payload(schema, datum)}
+        except (AvroMappingError, ValueError, TypeError, KeyError, EOFError, IndexError) as exc:
+            raise ChangeParseError(f"{where}: not an Avro record of schema {schema_id}: {exc}") from exc
+
+    def _writer_schema(self, schema_id: int, where: str) -> tuple[Any, dict[str, Any]]:
+        from fastavro import parse_schema
+
+        from service.converters import SchemaRegistryUnavailable, is_registry_outage
+
+        try:
+            registered = self._registry.get_schema(schema_id)
+        except Exception as exc:
+            if is_registry_outage(exc):  # not the record's fault: stop, commit nothing
+                raise SchemaRegistryUnavailable(f"schema registry: {exc}") from exc
+            raise ChangeParseError(f"{where}: schema id {schema_id}: {exc}") from exc
+        if registered.schema_type not in (None, "AVRO"):
+            raise ChangeParseError(f"{where}: schema id {schema_id} is {registered.schema_type}, not Avro")
+        try:
+            avro = orjson.loads(registered.schema_str)
+            return parse_schema(avro), connect_schema(avro)
+        except (AvroMappingError, ValueError, TypeError, KeyError) as exc:
+            raise ChangeParseError(f"{where}: schema id {schema_id} has no Connect form: {exc}") from exc
+
+    def _typed(
+        self, topic: str, partition: int, offset: int, key_doc: Any, doc: dict[str, Any], where: str
+    ) -> tuple[dict[str, Any] | None, Any]:
+        """A schemaless change read as Debezium JSON without a schema, typed by inference."""
+        from transforms.decoders import Message, create_decoder
+        from transforms.envelope import EmitOptions, emit
+        from transforms.errors import CdcnormError
+
+        if self._schemaless is None:
+            self._schemaless = create_decoder("debezium-json", {})
+        key_bytes = None if key_doc is None else orjson.dumps(key_doc)
+        message = Message(value=orjson.dumps(doc), key=key_bytes, topic=topic, partition=partition, offset=offset)
+        try:
+            records = emit(self._schemaless.decode_safely(message), EmitOptions(tombstones=False))
+        except CdcnormError as exc:
+            raise ChangeParseError(f"{where}: a schemaless record that does not read as Debezium JSON: {exc}") from exc
+        changes = [r for r in records if r.value is not None]
+        if not changes:
+            return None, None
+        if len(changes) > 1:
+            raise ChangeParseError(f"{where}: a schemaless record that is {len(changes)} changes")
+        return changes[0].value, changes[0].key
+
+
+_DEFAULT_PARSER = RecordParser()
+
+
 def parse_record(
     topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None
 ) -> SinkChange | None:
-    """The change in a normalized record; ``None`` for tombstones and non-change records."""
-    if value is None:
-        return None
-    try:
-        doc = orjson.loads(value)
-    except orjson.JSONDecodeError as exc:
-        raise ChangeParseError(f"{topic}[{partition}]@{offset}: not JSON: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise ChangeParseError(f"{topic}[{partition}]@{offset}: expected an object")
-    payload = doc.get("payload", doc) if "schema" in doc else doc
+    """The change in a normalized record (JSON with or without schemas; see :class:`RecordParser`
+    for Avro); ``None`` for tombstones and non-change records."""
+    return _DEFAULT_PARSER.parse(topic, partition, offset, key, value)
+
+
+def _parse_document(
+    topic: str, partition: int, offset: int, key_doc: Any, doc: dict[str, Any]
+) -> SinkChange | None:
+    """The change in a record's value document (with its Connect schema) and key document."""
+    payload = doc["payload"]
     if not isinstance(payload, dict) or "op" not in payload:
         return None  # schema-change / transaction / unwrapped rows are not table changes
     op = payload.get("op")
@@ -131,8 +279,7 @@ def parse_record(
         raise ChangeParseError(f"{topic}[{partition}]@{offset}: source.table missing")
     row_schema = _row_schema(doc.get("schema"))
     if row_schema is None:
-        raise ChangeParseError(f"{topic}[{partition}]@{offset}: record has no Connect schema (schemas.enable=false?)")
-    key_doc = orjson.loads(key) if key else None
+        raise ChangeParseError(f"{topic}[{partition}]@{offset}: the record's schema has no `after` field")
     key_schema = key_doc.get("schema") if isinstance(key_doc, dict) else None
     columns, key_cols = _columns(row_schema, key_schema)
     image = payload.get(BEFORE) if op == "d" else payload.get(AFTER)

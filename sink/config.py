@@ -8,6 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from service.converters import SchemaRegistrySettings
+
 __all__ = ["CatalogConfig", "JarSource", "MaintenanceConfig", "SinkConfig", "WriteMode"]
 
 
@@ -68,6 +70,7 @@ class SinkConfig(_Strict):
     spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark conf, passed through.")
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
     metrics_port: int | None = Field(None, ge=0, le=65535)
+    schema_registry: SchemaRegistrySettings | None = Field(None, description="Where Avro records' schemas are (sink.changes.RecordParser).")
 
     @model_validator(mode="after")
     def _one_topic_source(self) -> SinkConfig:

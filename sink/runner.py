@@ -24,7 +24,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from sink.changes import ChangeParseError, SinkChange, compact, parse_record
+from sink.changes import ChangeParseError, RecordParser, SinkChange, compact
 from sink.config import SinkConfig
 from sink.iceberg import IcebergTables, IncompatibleSchemaError, build_spark
 from sink.main import crash_point
@@ -120,6 +120,7 @@ class MicroBatchSink:
         self.tables: IcebergTables | None = None
         self.consumer: Any = None
         self._window_end: float | None = None  # when the current poll window ends (monotonic)
+        self.parser = RecordParser.from_settings(config.schema_registry)  # JSON with/without schemas, Avro
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -262,7 +263,7 @@ class MicroBatchSink:
             tp = (msg.topic(), msg.partition())
             next_offsets[tp] = max(next_offsets.get(tp, 0), msg.offset() + 1)
             try:
-                change = parse_record(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value())
+                change = self.parser.parse(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value())
             except ChangeParseError as exc:
                 BAD_RECORDS.inc()
                 log.error("skipping a record that is not a canonical change: %s", exc)
