@@ -3,8 +3,8 @@
 The records of each golden case (``tests/compat/records.py``) go two ways:
 
 * cdcnorm: the decoded events through a chain built from a spec, then the emitter;
-* Kafka Connect: the emitted envelope records (tombstones included) through JsonConverter into
-  ``SourceRecord``s, the chain of the real classes named in the same spec (Debezium 3.6's
+* Kafka Connect: the emitted envelope records (tombstones and headers included) through
+  JsonConverter into ``SourceRecord``s, the chain of the real classes named in the same spec (Debezium 3.6's
   ``ExtractNewRecordState``, Connect 4.3's ``RegexRouter``, ``ReplaceField$Value``,
   ``InsertField$Value``, ``MaskField$Value``, ``Filter`` and predicates), and JsonConverter /
   SimpleHeaderConverter back (``tests/compat/java/SmtCompat.java``).
@@ -22,11 +22,15 @@ counted (:class:`Expected`):
     Debezium writes a tombstone without a key (``delete-to-tombstone`` of a keyless delete);
     cdcnorm writes no keyless tombstone.
 ``tombstone-headers``
-    headers on a tombstone (``__op: d`` from ``add.headers``): the emitter writes tombstones
-    without headers.
+    headers on a tombstone (``__op: d`` from ``add.headers``, a key change's
+    ``__debezium.newkey``): the emitter writes tombstones without headers.
 ``null-header``
     a header whose field is null (``transaction.id`` outside a transaction): Connect writes the
     header with a null value; cdcnorm leaves it out.
+``key-change-headers``
+    an update that changes the key reaches Debezium as a delete and a create carrying
+    ``__debezium.newkey`` / ``__debezium.oldkey`` headers, which its unwrapped rows keep; the rows
+    cdcnorm unwraps from the update do not carry them (the emitter adds them to envelopes only).
 ``required-row``
     Debezium's flat row schema is ``optional: false`` wherever it rebuilt it (``add.fields``, the
     rewrite modes, InsertField, ReplaceField: Connect's ``SchemaUtil.copySchemaBasics`` does not
@@ -67,6 +71,8 @@ UNWRAP = "io.debezium.transforms.ExtractNewRecordState"
 DECIMAL = "org.apache.kafka.connect.data.Decimal"
 MODES = ("drop", "tombstone", "rewrite", "rewrite-with-tombstone", "delete-to-tombstone")
 
+KEY_CHANGE_HEADERS = ("__debezium.newkey", "__debezium.oldkey")
+
 Record = tuple[str, Any, Any, list[tuple[str, str | None]]]
 """topic, key JSON, value JSON, headers (name, text)."""
 
@@ -92,7 +98,12 @@ class ConnectSmts:
                 {
                     "transforms": transforms,
                     "records": [
-                        {"topic": r.topic, "key": _text(r.key_bytes()), "value": _text(r.value_bytes())}
+                        {
+                            "topic": r.topic,
+                            "key": _text(r.key_bytes()),
+                            "value": _text(r.value_bytes()),
+                            "headers": [(k, v.decode()) for k, v in r.headers],
+                        }
                         for r in records
                     ],
                 }
@@ -218,6 +229,9 @@ class Expected:
         if value is None and headers:
             self.differences["tombstone-headers"] += 1
             headers = []
+        if value is not None and any(k in KEY_CHANGE_HEADERS for k, _ in headers):
+            self.differences["key-change-headers"] += 1
+            headers = [(k, v) for k, v in headers if k not in KEY_CHANGE_HEADERS]
         if any(v is None for _, v in headers):
             self.differences["null-header"] += 1
             headers = [(k, v) for k, v in headers if v is not None]
@@ -535,15 +549,15 @@ def _clip(value: Any) -> str:
     return text if len(text) < 1500 else text[:1500] + "..."
 
 
-_ROWS = {"required-row", "null-header"}
+_ROWS = {"required-row", "null-header", "key-change-headers"}
 _INTENDED: dict[str, set[str]] = {
     "unwrap-drop": _ROWS,
     "unwrap-tombstone": _ROWS | {"null-value", "tombstone-headers", "keyless-tombstone"},
     "unwrap-rewrite": _ROWS,
     "unwrap-rewrite-with-tombstone": _ROWS | {"tombstone-headers"},
     "unwrap-delete-to-tombstone": _ROWS | {"keyless-tombstone", "tombstone-headers"},
-    "unwrap-legacy-rewrite-keep-tombstones": _ROWS,
-    "unwrap-legacy-none": _ROWS | {"null-value", "keyless-tombstone"},
+    "unwrap-legacy-rewrite-keep-tombstones": _ROWS | {"tombstone-headers"},
+    "unwrap-legacy-none": _ROWS | {"null-value", "keyless-tombstone", "tombstone-headers"},
     "unwrap-route-by-field": _ROWS | {"tombstone-headers"},
     "regex-router": _ROWS,
     "regex-router-if-topic-name-matches": _ROWS | {"tombstone-headers"},

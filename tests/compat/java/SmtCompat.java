@@ -31,10 +31,12 @@ import org.apache.kafka.connect.transforms.predicates.Predicate;
  * {"id": ..., "runs": [{
  *   "transforms": [{"class": "...", "config": {...},
  *                   "predicate": {"class": "...", "config": {...}}, "negate": false}],
- *   "records": [{"topic": "...", "key": "JSON text"|null, "value": "JSON text"|null}]}]}
+ *   "records": [{"topic": "...", "key": "JSON text"|null, "value": "JSON text"|null,
+ *                "headers": [[name, text|null]]}]}]}
  * </pre>
  *
- * In each run, each record goes through JsonConverter (schemas.enable=true) into a SourceRecord,
+ * In each run, each record goes through JsonConverter (schemas.enable=true) into a SourceRecord
+ * (its headers through SimpleHeaderConverter),
  * then through the transforms in order (a fresh instance of each per run; a step whose
  * predicate, after negate, is false is skipped), then back through JsonConverter; headers through
  * SimpleHeaderConverter (the Connect worker's default). Writes one line per request: {"id": ...,
@@ -156,6 +158,12 @@ public final class SmtCompat {
         SchemaAndValue value = valueConverter.toConnectData(topic, bytes(input, "value"));
         SourceRecord record =
             new SourceRecord(Map.of(), Map.of(), topic, null, key.schema(), key.value(), value.schema(), value.value());
+        for (JsonNode header : input.path("headers")) {
+          String name = header.get(0).asText();
+          byte[] raw = header.get(1).isNull() ? null : header.get(1).asText().getBytes(StandardCharsets.UTF_8);
+          SchemaAndValue parsed = headerConverter.toConnectHeader(topic, name, raw);
+          record.headers().add(name, parsed.value(), parsed.schema());
+        }
         for (Step step : steps) {
           if (record == null) {
             break;
