@@ -285,9 +285,10 @@ def _decimal(col: Column, raw: Any) -> Decimal:
     if isinstance(raw, float):
         if not math.isfinite(raw):
             raise CoercionError(f"expected a finite decimal, found {raw!r}")
-        if _EXACT_PASS.get():  # a number of at most 15 digits (longer ones are Decimals): repr is exact
-            return Decimal(repr(raw))
-        raise InexactNumber  # the number's digits beyond a float's may be gone: read the message exactly
+        if _FIRST_PASS.get():  # the digits beyond a float's may be gone: read the message exactly
+            raise InexactNumber
+        # read exactly (a longer number would be a Decimal), or a caller's own float: its repr
+        return Decimal(repr(raw))
     if isinstance(raw, int) and not isinstance(raw, bool):
         return Decimal(raw)
     raise CoercionError(f"expected a Connect Decimal, found {raw!r}")
@@ -304,7 +305,8 @@ def _exact_number(text: str) -> float | Decimal:
     return Decimal(text) if len(mantissa) > 15 else float(text)
 
 
-_EXACT_PASS: contextvars.ContextVar[bool] = contextvars.ContextVar("cdcnorm_exact_pass", default=False)
+# set while read_connect_message reads a message parsed with floats, so it can read it again exactly
+_FIRST_PASS: contextvars.ContextVar[bool] = contextvars.ContextVar("cdcnorm_first_pass", default=False)
 
 
 def _loads_exact(value: bytes) -> Any:
@@ -841,14 +843,14 @@ def read_connect_message(
         return []
     doc = decoder.load_json(message)
     try:
+        token = _FIRST_PASS.set(True)
         try:
             return _read_document(doc, read)
         except InexactNumber:
-            token = _EXACT_PASS.set(True)
-            try:
-                return _read_document(_loads_exact(value), read)
-            finally:
-                _EXACT_PASS.reset(token)
+            pass
+        finally:
+            _FIRST_PASS.reset(token)
+        return _read_document(_loads_exact(value), read)
     except (FieldError, InexactNumber) as exc:
         field, reason = (exc.field, exc.reason) if isinstance(exc, FieldError) else (None, "inexact decimal number")
         raise decoder.error(field, reason, value) from exc
