@@ -274,22 +274,26 @@ class Normalizer:
                     f"{type(exc).__name__} at {message.topic}[{message.partition}]@{message.offset} "
                     f"(errors: fail on {runtime.entry.label})"
                 ) from exc
-            letter = dead_letter(message, exc, runtime.dlq_topic, fmt, self.config.worker.app_id)
+            letter = dead_letter(
+                message, exc, runtime.dlq_topic, fmt, self.config.worker.app_id,
+                context_headers=runtime.entry.dlq_context_headers,
+            )
             self.metrics.dlq.labels(message.topic, fmt, type(exc).__name__).inc()
             error_class, field_name = type(exc).__name__, getattr(exc, "field", None)
-            log.warning(
-                "dead-letter topic=%s partition=%s offset=%s format=%s error_class=%s field=%s dlq=%s",
-                message.topic,
-                message.partition,
-                message.offset,
-                fmt,
-                error_class,
-                field_name,
-                runtime.dlq_topic,
-                extra={"topic": message.topic, "partition": message.partition, "offset": message.offset,
-                       "format": fmt, "error_class": error_class, "field": field_name,
-                       "dlq_topic": runtime.dlq_topic},
-            )
+            if runtime.entry.log_errors:
+                log.warning(
+                    "dead-letter topic=%s partition=%s offset=%s format=%s error_class=%s field=%s dlq=%s",
+                    message.topic,
+                    message.partition,
+                    message.offset,
+                    fmt,
+                    error_class,
+                    field_name,
+                    runtime.dlq_topic,
+                    extra={"topic": message.topic, "partition": message.partition, "offset": message.offset,
+                           "format": fmt, "error_class": error_class, "field": field_name,
+                           "dlq_topic": runtime.dlq_topic},
+                )
             log.debug("dead-letter detail: %s", exc)
             return Outcome([], (letter.topic, letter.key, letter.value, letter.headers), type(exc).__name__)
         return Outcome(records)

@@ -156,7 +156,6 @@ def test_unraised_exceptions_and_unknown_positions() -> None:
     assert h[ERROR_TASK_ID] == task_id("app").encode() and task_id("app").startswith("app-")
 
 
-@pytest.mark.xfail(strict=True, reason="service/app.py does not pass the entry's dlq_context_headers/log_errors yet")
 def test_normalizer_honours_the_entry_flags(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level("WARNING", logger="cdcnorm.worker")
     _, _, _, headers = dead_letter_of(normalizer(dlq_context_headers=False, log_errors=False), b"{not json")
