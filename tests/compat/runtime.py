@@ -121,7 +121,7 @@ class ConnectChecker:
     """A long-lived ``ConnectCompat`` JVM: checks records against JsonConverter and the unwrap SMT."""
 
     def __init__(self, cache_root: Path) -> None:
-        classes = compile_java([JAVA_DIR / "ConnectCompat.java"], cache_root)
+        classes = compile_java([JAVA_DIR / "ConnectCompat.java", JAVA_DIR / "CompatSupport.java"], cache_root)
         self._proc = subprocess.Popen(
             java_command("ConnectCompat", classes),
             stdin=subprocess.PIPE,

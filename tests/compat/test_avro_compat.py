@@ -41,7 +41,7 @@ class AvroChecker:
     """A long-lived ``AvroCompat`` JVM (see the module docstring)."""
 
     def __init__(self, cache_root: Path) -> None:
-        classes = compile_java([JAVA_DIR / "AvroCompat.java"], cache_root)
+        classes = compile_java([JAVA_DIR / "AvroCompat.java", JAVA_DIR / "CompatSupport.java"], cache_root)
         self._proc = subprocess.Popen(
             java_command("AvroCompat", classes), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
         )

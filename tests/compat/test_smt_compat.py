@@ -81,7 +81,7 @@ class ConnectSmts:
     """A long-lived ``SmtCompat`` JVM: runs records through real Connect/Debezium transform chains."""
 
     def __init__(self, cache_root: Path) -> None:
-        classes = compile_java([JAVA_DIR / "SmtCompat.java"], cache_root)
+        classes = compile_java([JAVA_DIR / "SmtCompat.java", JAVA_DIR / "CompatSupport.java"], cache_root)
         self._proc = subprocess.Popen(
             java_command("SmtCompat", classes),
             stdin=subprocess.PIPE,

@@ -7,18 +7,12 @@ import io.confluent.connect.avro.AvroDataConfig;
 import io.confluent.kafka.schemaregistry.avro.AvroSchema;
 import io.confluent.kafka.schemaregistry.client.SchemaRegistryClient;
 import io.confluent.kafka.schemaregistry.testutil.MockSchemaRegistry;
-import java.io.BufferedReader;
-import java.io.FileDescriptor;
-import java.io.FileOutputStream;
-import java.io.InputStreamReader;
-import java.io.PrintStream;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.Base64;
 import java.util.HashMap;
 import java.util.HashSet;
-import java.util.Iterator;
 import java.util.Map;
 import java.util.Set;
 import org.apache.avro.Schema;
@@ -59,18 +53,11 @@ import org.apache.kafka.connect.json.JsonConverter;
  *       (the bytes after the magic byte and schema id).
  * </ol>
  */
-public final class AvroCompat {
-  private static final ObjectMapper MAPPER = new ObjectMapper();
+public final class AvroCompat implements CompatSupport.Check {
+  private static final ObjectMapper MAPPER = CompatSupport.MAPPER;
+  private static final CompatSupport.Diff DIFF =
+      new CompatSupport.Diff("missing after the Avro round trip", "added by the Avro round trip", 200);
   private static final String SCOPE = "cdcnorm-avro-compat";
-
-  private static final class Failure extends Exception {
-    final String stage;
-
-    Failure(String stage, String message) {
-      super(message);
-      this.stage = stage;
-    }
-  }
 
   private final JsonConverter keyJson = new JsonConverter();
   private final JsonConverter valueJson = new JsonConverter();
@@ -111,49 +98,11 @@ public final class AvroCompat {
   }
 
   public static void main(String[] args) throws Exception {
-    PrintStream out = new PrintStream(new FileOutputStream(FileDescriptor.out), false, StandardCharsets.UTF_8);
-    System.setOut(System.err);
-    AvroCompat compat = new AvroCompat();
-    BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-    String line;
-    while ((line = in.readLine()) != null) {
-      if (line.isBlank()) {
-        continue;
-      }
-      ObjectNode answer = MAPPER.createObjectNode();
-      try {
-        JsonNode request = MAPPER.readTree(line);
-        answer.set("id", request.get("id"));
-        compat.check(request, answer);
-        answer.put("ok", true);
-      } catch (Failure f) {
-        answer.put("ok", false);
-        answer.put("stage", f.stage);
-        answer.put("error", f.getMessage());
-      } catch (Exception e) {
-        answer.put("ok", false);
-        answer.put("stage", "request");
-        answer.put("error", describe(e));
-      }
-      out.println(MAPPER.writeValueAsString(answer));
-      out.flush();
-    }
+    CompatSupport.serveChecks(AvroCompat::new);
   }
 
-  private static String describe(Throwable e) {
-    StringBuilder sb = new StringBuilder(e.getClass().getSimpleName() + ": " + e.getMessage());
-    for (Throwable c = e.getCause(); c != null && c != c.getCause(); c = c.getCause()) {
-      sb.append(" <- ").append(c.getClass().getSimpleName()).append(": ").append(c.getMessage());
-    }
-    return sb.toString();
-  }
-
-  private static String text(JsonNode request, String name) {
-    JsonNode node = request.get(name);
-    return node == null || node.isNull() ? null : node.asText();
-  }
-
-  private void check(JsonNode request, ObjectNode answer) throws Exception {
+  @Override
+  public void check(JsonNode request, ObjectNode answer) throws Exception {
     String topic = request.get("topic").asText();
     boolean isKey = request.path("key").asBoolean(false);
     JsonConverter json = isKey ? keyJson : valueJson;
@@ -162,18 +111,18 @@ public final class AvroCompat {
 
     SchemaAndValue expected;
     try {
-      expected = json.toConnectData(topic, text(request, "json").getBytes(StandardCharsets.UTF_8));
+      expected = json.toConnectData(topic, CompatSupport.text(request, "json").getBytes(StandardCharsets.UTF_8));
     } catch (Exception e) {
-      throw new Failure("json", describe(e));
+      throw new CompatSupport.Failure("json", CompatSupport.describe(e));
     }
-    String payload = text(request, "json_payload");
+    String payload = CompatSupport.text(request, "json_payload");
     if (payload != null) {
       // JSON without schemas: what JsonConverter with schemas.enable=false writes for the record
       JsonConverter plain = isKey ? keyPlain : valuePlain;
       byte[] want = plain.fromConnectData(topic, expected.schema(), expected.value());
-      String diff = diff("", MAPPER.readTree(want), MAPPER.readTree(payload));
+      String diff = DIFF.first(MAPPER.readTree(want), MAPPER.readTree(payload));
       if (diff != null) {
-        throw new Failure("json.schemaless", diff);
+        throw new CompatSupport.Failure("json.schemaless", diff);
       }
     }
 
@@ -182,10 +131,10 @@ public final class AvroCompat {
       theirs = avroData[scrub].fromConnectSchema(expected.schema());
       answer.put("avro_schema", theirs.toString()); // Avro names are checked when written out
     } catch (Exception e) {
-      throw new Failure("avrodata", describe(e));
+      throw new CompatSupport.Failure("avrodata", CompatSupport.describe(e));
     }
 
-    String oursText = text(request, "avro_schema");
+    String oursText = CompatSupport.text(request, "avro_schema");
     if (oursText == null) {
       return;
     }
@@ -193,22 +142,22 @@ public final class AvroCompat {
     try {
       ours = new Schema.Parser().parse(oursText);
     } catch (Exception e) {
-      throw new Failure("schema", "cdcnorm's schema does not parse: " + describe(e));
+      throw new CompatSupport.Failure("schema", "cdcnorm's schema does not parse: " + CompatSupport.describe(e));
     }
     if (!ours.equals(theirs)) {
-      throw new Failure("schema", "cdcnorm: " + ours + "\nAvroData: " + theirs);
+      throw new CompatSupport.Failure("schema", "cdcnorm: " + ours + "\nAvroData: " + theirs);
     }
 
-    String b64 = text(request, "bytes");
+    String b64 = CompatSupport.text(request, "bytes");
     if (b64 == null) {
       return;
     }
     byte[] bytes = Base64.getDecoder().decode(b64);
     if (bytes.length < 5 || bytes[0] != 0) {
-      throw new Failure("register", "no magic byte and schema id");
+      throw new CompatSupport.Failure("register", "no magic byte and schema id");
     }
     int id = ByteBuffer.wrap(bytes, 1, 4).getInt();
-    String subject = text(request, "subject");
+    String subject = CompatSupport.text(request, "subject");
     if (registered.add(subject + "\0" + id)) {
       int version;
       try {
@@ -220,7 +169,7 @@ public final class AvroCompat {
         registry.register(subject, new AvroSchema(ours), version, id);
       } catch (Exception e) {
         registered.remove(subject + "\0" + id);
-        throw new Failure("register", describe(e));
+        throw new CompatSupport.Failure("register", CompatSupport.describe(e));
       }
     }
 
@@ -228,14 +177,15 @@ public final class AvroCompat {
     try {
       got = avro.toConnectData(topic, bytes);
     } catch (Exception e) {
-      throw new Failure("decode", describe(e));
+      throw new CompatSupport.Failure("decode", CompatSupport.describe(e));
     }
     String wantJson = new String(json.fromConnectData(topic, expected.schema(), expected.value()), StandardCharsets.UTF_8);
     String gotJson;
     try {
       gotJson = new String(json.fromConnectData(topic, got.schema(), got.value()), StandardCharsets.UTF_8);
     } catch (Exception e) {
-      throw new Failure("decode", "JsonConverter cannot write the decoded record: " + describe(e));
+      throw new CompatSupport.Failure(
+          "decode", "JsonConverter cannot write the decoded record: " + CompatSupport.describe(e));
     }
     JsonNode want = MAPPER.readTree(wantJson);
     JsonNode have = MAPPER.readTree(gotJson);
@@ -244,75 +194,24 @@ public final class AvroCompat {
       // (AvroData.toConnectData(schema, value, version)): not a difference in the record.
       ((ObjectNode) have.get("schema")).remove("version");
     }
-    String diff = diff("", want, have);
+    String diff = DIFF.first(want, have);
     if (diff != null) {
-      throw new Failure("decode", diff);
+      throw new CompatSupport.Failure("decode", diff);
     }
 
     byte[] theirBytes;
     try {
       theirBytes = avro.fromConnectData(topic, expected.schema(), expected.value());
     } catch (Exception e) {
-      throw new Failure("encode", describe(e));
+      throw new CompatSupport.Failure("encode", CompatSupport.describe(e));
     }
     byte[] ourBody = Arrays.copyOfRange(bytes, 5, bytes.length);
     byte[] theirBody = Arrays.copyOfRange(theirBytes, 5, theirBytes.length);
     if (!Arrays.equals(ourBody, theirBody)) {
-      throw new Failure(
+      throw new CompatSupport.Failure(
           "encode",
           "Avro bodies differ: cdcnorm " + Base64.getEncoder().encodeToString(ourBody) + " AvroConverter "
               + Base64.getEncoder().encodeToString(theirBody));
     }
-  }
-
-  /** The first difference between two JSON trees, or null when they are equal. */
-  private static String diff(String path, JsonNode want, JsonNode got) {
-    if (want.isObject() && got.isObject()) {
-      for (Iterator<String> it = want.fieldNames(); it.hasNext(); ) {
-        String name = it.next();
-        JsonNode other = got.get(name);
-        if (other == null) {
-          return path + "/" + name + ": missing after the Avro round trip (was " + clip(want.get(name)) + ")";
-        }
-        String d = diff(path + "/" + name, want.get(name), other);
-        if (d != null) {
-          return d;
-        }
-      }
-      for (Iterator<String> it = got.fieldNames(); it.hasNext(); ) {
-        String name = it.next();
-        if (want.get(name) == null) {
-          return path + "/" + name + ": added by the Avro round trip (" + clip(got.get(name)) + ")";
-        }
-      }
-      return null;
-    }
-    if (want.isArray() && got.isArray()) {
-      if (want.size() != got.size()) {
-        return path + ": " + want.size() + " items became " + got.size();
-      }
-      for (int i = 0; i < want.size(); i++) {
-        String d = diff(path + "/" + i, want.get(i), got.get(i));
-        if (d != null) {
-          return d;
-        }
-      }
-      return null;
-    }
-    if (want.equals(got)) {
-      return null;
-    }
-    if (want.isNumber() && got.isNumber() && want.isFloatingPointNumber() && got.isFloatingPointNumber()
-        && (float) want.doubleValue() == (float) got.doubleValue() && Float.isFinite((float) want.doubleValue())) {
-      // a FLOAT32 field: JDK 17's Float.toString is not always the shortest decimal of the float
-      // (as in ConnectCompat): both texts are the same float
-      return null;
-    }
-    return path + ": " + clip(want) + " came back as " + clip(got);
-  }
-
-  private static String clip(JsonNode node) {
-    String s = node.toString();
-    return s.length() > 200 ? s.substring(0, 200) + "..." : s;
   }
 }

@@ -2,16 +2,10 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import io.debezium.transforms.ExtractNewRecordState;
-import java.io.BufferedReader;
-import java.io.FileDescriptor;
-import java.io.FileOutputStream;
-import java.io.InputStreamReader;
-import java.io.PrintStream;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.HashMap;
-import java.util.Iterator;
 import java.util.Map;
 import java.util.Objects;
 import org.apache.kafka.connect.data.Field;
@@ -35,17 +29,10 @@ import org.apache.kafka.connect.source.SourceRecord;
  *       add.fields=op,table,source.ts_ms) yields a flat row equal to after (before for deletes).
  * </ol>
  */
-public final class ConnectCompat {
-  private static final ObjectMapper MAPPER = new ObjectMapper();
-
-  private static final class Failure extends Exception {
-    final String stage;
-
-    Failure(String stage, String message) {
-      super(message);
-      this.stage = stage;
-    }
-  }
+public final class ConnectCompat implements CompatSupport.Check {
+  private static final ObjectMapper MAPPER = CompatSupport.MAPPER;
+  private static final CompatSupport.Diff DIFF =
+      new CompatSupport.Diff("dropped by fromConnectData", "added by fromConnectData", 120);
 
   private final JsonConverter keyConverter = new JsonConverter();
   private final JsonConverter valueConverter = new JsonConverter();
@@ -61,63 +48,24 @@ public final class ConnectCompat {
   }
 
   public static void main(String[] args) throws Exception {
-    // answers own stdout; whatever the libraries log goes to stderr
-    PrintStream out = new PrintStream(new FileOutputStream(FileDescriptor.out), false, StandardCharsets.UTF_8);
-    System.setOut(System.err);
-    ConnectCompat compat = new ConnectCompat();
-    BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-    String line;
-    while ((line = in.readLine()) != null) {
-      if (line.isBlank()) {
-        continue;
-      }
-      ObjectNode answer = MAPPER.createObjectNode();
-      try {
-        JsonNode request = MAPPER.readTree(line);
-        answer.set("id", request.get("id"));
-        compat.check(request);
-        answer.put("ok", true);
-      } catch (Failure f) {
-        answer.put("ok", false);
-        answer.put("stage", f.stage);
-        answer.put("error", f.getMessage());
-      } catch (Exception e) {
-        answer.put("ok", false);
-        answer.put("stage", "request");
-        answer.put("error", describe(e));
-      }
-      out.println(MAPPER.writeValueAsString(answer));
-      out.flush();
-    }
+    CompatSupport.serveChecks(ConnectCompat::new);
   }
 
-  private static String describe(Throwable e) {
-    StringBuilder sb = new StringBuilder(e.getClass().getSimpleName() + ": " + e.getMessage());
-    for (Throwable c = e.getCause(); c != null && c != c.getCause(); c = c.getCause()) {
-      sb.append(" <- ").append(c.getClass().getSimpleName()).append(": ").append(c.getMessage());
-    }
-    return sb.toString();
-  }
-
-  private static byte[] text(JsonNode request, String name) {
-    JsonNode node = request.get(name);
-    return node == null || node.isNull() ? null : node.asText().getBytes(StandardCharsets.UTF_8);
-  }
-
-  private void check(JsonNode request) throws Exception {
+  @Override
+  public void check(JsonNode request, ObjectNode answer) throws Exception {
     String topic = request.get("topic").asText();
-    SchemaAndValue key = convert(keyConverter, "key", topic, text(request, "key"));
-    SchemaAndValue value = convert(valueConverter, "value", topic, text(request, "value"));
+    SchemaAndValue key = convert(keyConverter, "key", topic, CompatSupport.bytes(request, "key"));
+    SchemaAndValue value = convert(valueConverter, "value", topic, CompatSupport.bytes(request, "value"));
     checkUnwrap(topic, key, value);
   }
 
   private static SchemaAndValue convert(JsonConverter converter, String part, String topic, byte[] bytes)
-      throws Failure {
+      throws CompatSupport.Failure {
     SchemaAndValue data;
     try {
       data = converter.toConnectData(topic, bytes);
     } catch (Exception e) {
-      throw new Failure(part + ".toConnectData", describe(e));
+      throw new CompatSupport.Failure(part + ".toConnectData", CompatSupport.describe(e));
     }
     if (bytes == null) {
       return data;
@@ -126,70 +74,17 @@ public final class ConnectCompat {
     try {
       back = converter.fromConnectData(topic, data.schema(), data.value());
     } catch (Exception e) {
-      throw new Failure(part + ".fromConnectData", describe(e));
+      throw new CompatSupport.Failure(part + ".fromConnectData", CompatSupport.describe(e));
     }
     try {
-      String diff = diff("", MAPPER.readTree(bytes), MAPPER.readTree(back));
+      String diff = DIFF.first(MAPPER.readTree(bytes), MAPPER.readTree(back));
       if (diff != null) {
-        throw new Failure(part + ".roundtrip", diff);
+        throw new CompatSupport.Failure(part + ".roundtrip", diff);
       }
     } catch (java.io.IOException e) {
-      throw new Failure(part + ".roundtrip", describe(e));
+      throw new CompatSupport.Failure(part + ".roundtrip", CompatSupport.describe(e));
     }
     return data;
-  }
-
-  /** The first difference between two JSON trees, or null when they are equal. */
-  private static String diff(String path, JsonNode want, JsonNode got) {
-    if (want.isObject() && got.isObject()) {
-      for (Iterator<String> it = want.fieldNames(); it.hasNext(); ) {
-        String name = it.next();
-        JsonNode other = got.get(name);
-        if (other == null) {
-          return path + "/" + name + ": dropped by fromConnectData (was " + clip(want.get(name)) + ")";
-        }
-        String d = diff(path + "/" + name, want.get(name), other);
-        if (d != null) {
-          return d;
-        }
-      }
-      for (Iterator<String> it = got.fieldNames(); it.hasNext(); ) {
-        String name = it.next();
-        if (want.get(name) == null) {
-          return path + "/" + name + ": added by fromConnectData (" + clip(got.get(name)) + ")";
-        }
-      }
-      return null;
-    }
-    if (want.isArray() && got.isArray()) {
-      if (want.size() != got.size()) {
-        return path + ": " + want.size() + " items became " + got.size();
-      }
-      for (int i = 0; i < want.size(); i++) {
-        String d = diff(path + "/" + i, want.get(i), got.get(i));
-        if (d != null) {
-          return d;
-        }
-      }
-      return null;
-    }
-    if (want.equals(got)) {
-      return null;
-    }
-    if (want.isNumber() && got.isNumber() && want.isFloatingPointNumber() && got.isFloatingPointNumber()
-        && (float) want.doubleValue() == (float) got.doubleValue()
-        && Float.isFinite((float) want.doubleValue())) {
-      // a FLOAT32 field: JDK 17's Float.toString is not always the shortest decimal of the float
-      // (2.27219554E15 where 2.2721955E15 reads back the same); both texts are the same float.
-      // A double field round-trips exactly, so it never gets here.
-      return null;
-    }
-    return path + ": " + clip(want) + " came back as " + clip(got);
-  }
-
-  private static String clip(JsonNode node) {
-    String s = node.toString();
-    return s.length() > 120 ? s.substring(0, 120) + "..." : s;
   }
 
   /**
@@ -205,7 +100,7 @@ public final class ConnectCompat {
     return smt;
   }
 
-  private void checkUnwrap(String topic, SchemaAndValue key, SchemaAndValue value) throws Failure {
+  private void checkUnwrap(String topic, SchemaAndValue key, SchemaAndValue value) throws CompatSupport.Failure {
     Schema schema = value.schema();
     if (!(value.value() instanceof Struct) || schema == null || schema.name() == null
         || !schema.name().endsWith(".Envelope")) {
@@ -223,7 +118,7 @@ public final class ConnectCompat {
     try {
       flat = unwrap(collection ? "collection" : "table").apply(record);
     } catch (Exception e) {
-      throw new Failure("unwrap", describe(e));
+      throw new CompatSupport.Failure("unwrap", CompatSupport.describe(e));
     }
     if ("t".equals(op)) {
       return; // truncates have no row; the SMT may drop or pass them
@@ -232,14 +127,15 @@ public final class ConnectCompat {
       return; // a delete without a before image (REPLICA IDENTITY NOTHING) has no row to rewrite
     }
     if (flat == null) {
-      throw new Failure("unwrap", "op " + op + ": ExtractNewRecordState dropped the record");
+      throw new CompatSupport.Failure("unwrap", "op " + op + ": ExtractNewRecordState dropped the record");
     }
     Struct image = (Struct) envelope.get("d".equals(op) ? "before" : "after");
     if (image == null) {
-      throw new Failure("unwrap", "op " + op + ": no " + ("d".equals(op) ? "before" : "after") + " image");
+      throw new CompatSupport.Failure(
+          "unwrap", "op " + op + ": no " + ("d".equals(op) ? "before" : "after") + " image");
     }
     if (!(flat.value() instanceof Struct)) {
-      throw new Failure("unwrap", "op " + op + ": flat value is " + flat.value());
+      throw new CompatSupport.Failure("unwrap", "op " + op + ": flat value is " + flat.value());
     }
     Struct row = (Struct) flat.value();
     for (Field field : image.schema().fields()) {
@@ -248,10 +144,10 @@ public final class ConnectCompat {
       try {
         got = row.get(field.name());
       } catch (Exception e) {
-        throw new Failure("unwrap", "field " + field.name() + ": " + describe(e));
+        throw new CompatSupport.Failure("unwrap", "field " + field.name() + ": " + CompatSupport.describe(e));
       }
       if (!same(want, got)) {
-        throw new Failure("unwrap", "field " + field.name() + ": " + want + " became " + got);
+        throw new CompatSupport.Failure("unwrap", "field " + field.name() + ": " + want + " became " + got);
       }
     }
     expectField(row, "__op", op);
@@ -261,15 +157,15 @@ public final class ConnectCompat {
     expectField(row, "__deleted", "d".equals(op) ? "true" : "false");
   }
 
-  private static void expectField(Struct row, String name, Object want) throws Failure {
+  private static void expectField(Struct row, String name, Object want) throws CompatSupport.Failure {
     Object got;
     try {
       got = row.get(name);
     } catch (Exception e) {
-      throw new Failure("unwrap", "added field " + name + ": " + describe(e));
+      throw new CompatSupport.Failure("unwrap", "added field " + name + ": " + CompatSupport.describe(e));
     }
     if (!same(want, got)) {
-      throw new Failure("unwrap", "added field " + name + ": want " + want + ", got " + got);
+      throw new CompatSupport.Failure("unwrap", "added field " + name + ": want " + want + ", got " + got);
     }
   }
 

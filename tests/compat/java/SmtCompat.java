@@ -2,11 +2,6 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
-import java.io.BufferedReader;
-import java.io.FileDescriptor;
-import java.io.FileOutputStream;
-import java.io.InputStreamReader;
-import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -43,8 +38,8 @@ import org.apache.kafka.connect.transforms.predicates.Predicate;
  * "runs": [{"ok": true, "records": [{"topic", "key", "value", "headers": [[name, text|null]]}]}
  * or {"ok": false, "error": "..."}]}.
  */
-public final class SmtCompat {
-  private static final ObjectMapper MAPPER = new ObjectMapper();
+public final class SmtCompat implements CompatSupport.Handler {
+  private static final ObjectMapper MAPPER = CompatSupport.MAPPER;
 
   private final JsonConverter keyConverter = new JsonConverter();
   private final JsonConverter valueConverter = new JsonConverter();
@@ -71,40 +66,26 @@ public final class SmtCompat {
   }
 
   public static void main(String[] args) throws Exception {
-    PrintStream out = new PrintStream(new FileOutputStream(FileDescriptor.out), false, StandardCharsets.UTF_8);
-    System.setOut(System.err);
-    SmtCompat compat = new SmtCompat();
-    BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-    String line;
-    while ((line = in.readLine()) != null) {
-      if (line.isBlank()) {
-        continue;
-      }
-      JsonNode request = MAPPER.readTree(line);
-      ObjectNode answer = MAPPER.createObjectNode();
-      answer.set("id", request.get("id"));
-      ArrayNode runs = answer.putArray("runs");
-      for (JsonNode run : request.get("runs")) {
-        ObjectNode result = runs.addObject();
-        try {
-          result.set("records", compat.run(run));
-          result.put("ok", true);
-        } catch (Exception e) {
-          result.put("ok", false);
-          result.put("error", describe(e));
-        }
-      }
-      out.println(MAPPER.writeValueAsString(answer));
-      out.flush();
-    }
+    CompatSupport.serve(SmtCompat::new);
   }
 
-  private static String describe(Throwable e) {
-    StringBuilder sb = new StringBuilder(e.getClass().getSimpleName() + ": " + e.getMessage());
-    for (Throwable c = e.getCause(); c != null && c != c.getCause(); c = c.getCause()) {
-      sb.append(" <- ").append(c.getClass().getSimpleName()).append(": ").append(c.getMessage());
+  @Override
+  public ObjectNode answer(String line) throws Exception {
+    JsonNode request = MAPPER.readTree(line);
+    ObjectNode answer = MAPPER.createObjectNode();
+    answer.set("id", request.get("id"));
+    ArrayNode runs = answer.putArray("runs");
+    for (JsonNode run : request.get("runs")) {
+      ObjectNode result = runs.addObject();
+      try {
+        result.set("records", run(run));
+        result.put("ok", true);
+      } catch (Exception e) {
+        result.put("ok", false);
+        result.put("error", CompatSupport.describe(e));
+      }
     }
-    return sb.toString();
+    return answer;
   }
 
   private static Map<String, Object> config(JsonNode node) {
@@ -139,11 +120,6 @@ public final class SmtCompat {
     return steps;
   }
 
-  private static byte[] bytes(JsonNode record, String name) {
-    JsonNode node = record.get(name);
-    return node == null || node.isNull() ? null : node.asText().getBytes(StandardCharsets.UTF_8);
-  }
-
   private static String text(byte[] bytes) {
     return bytes == null ? null : new String(bytes, StandardCharsets.UTF_8);
   }
@@ -154,8 +130,8 @@ public final class SmtCompat {
     try {
       for (JsonNode input : run.get("records")) {
         String topic = input.get("topic").asText();
-        SchemaAndValue key = keyConverter.toConnectData(topic, bytes(input, "key"));
-        SchemaAndValue value = valueConverter.toConnectData(topic, bytes(input, "value"));
+        SchemaAndValue key = keyConverter.toConnectData(topic, CompatSupport.bytes(input, "key"));
+        SchemaAndValue value = valueConverter.toConnectData(topic, CompatSupport.bytes(input, "value"));
         SourceRecord record =
             new SourceRecord(Map.of(), Map.of(), topic, null, key.schema(), key.value(), value.schema(), value.value());
         for (JsonNode header : input.path("headers")) {
