@@ -5,7 +5,9 @@ from them, compiles the small Java programs under ``tests/compat/java`` with the
 ``javac`` (once, cached by content), and runs them as long-lived processes fed over stdin, so a
 test session starts one JVM, not one per record.
 
-:class:`ConnectChecker` drives ``ConnectCompat.java``: every key and value goes through
+:class:`JsonLinesJvm` is such a process: JSON lines in, one JSON line out per request (the loop of
+``CompatSupport.java``, compiled with each checker). :class:`ConnectChecker` drives
+``ConnectCompat.java``: every key and value goes through
 ``JsonConverter`` (``schemas.enable=true``) both ways and through Debezium's
 ``ExtractNewRecordState``; a record it refuses comes back as a :class:`Verdict` that names the
 stage and the runtime's own error message.
@@ -22,11 +24,19 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import orjson
 
-__all__ = ["ConnectChecker", "Verdict", "compile_java", "connect_classpath", "libs_dir"]
+__all__ = [
+    "ConnectChecker",
+    "JsonLinesJvm",
+    "Verdict",
+    "compile_java",
+    "connect_classpath",
+    "java_command",
+    "libs_dir",
+]
 
 JAVA_DIR = Path(__file__).parent / "java"
 
@@ -98,6 +108,67 @@ def java_command(main_class: str, classes: Path, *args: str) -> list[str]:
     return [_java_tool("java"), "-Xss4m", "-XX:+UseSerialGC", "-cp", classpath, main_class, *args]
 
 
+class JsonLinesJvm:
+    """A long-lived JVM running ``main_class`` (compiled from ``sources`` and ``CompatSupport.java``
+    into ``cache_root``), which answers each JSON line on its stdin with one JSON line on stdout,
+    in order. Used from several threads, one batch of requests at a time."""
+
+    def __init__(self, main_class: str, sources: Sequence[Path], cache_root: Path) -> None:
+        classes = compile_java([*sources, JAVA_DIR / "CompatSupport.java"], cache_root)
+        self._main_class = main_class
+        self._proc = subprocess.Popen(
+            java_command(main_class, classes),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self._lock = threading.Lock()
+        self._next_id = 0
+
+    def request(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The answers to ``requests``, in order (each is sent with the next ``id``). A thread writes
+        the requests while this one reads the answers, so no batch fills both pipes and stalls."""
+        if not requests:
+            return []
+        with self._lock:
+            lines = []
+            for request in requests:
+                self._next_id += 1
+                lines.append(orjson.dumps({**request, "id": self._next_id}) + b"\n")
+            assert self._proc.stdin is not None and self._proc.stdout is not None
+            writer = threading.Thread(target=self._write, args=(lines,), daemon=True)
+            writer.start()
+            answers = []
+            for _ in lines:
+                line = self._proc.stdout.readline()
+                if not line:
+                    raise RuntimeError(f"the {self._main_class} JVM exited ({self._proc.poll()})")
+                answers.append(orjson.loads(line))
+            writer.join()
+        return answers
+
+    def _write(self, lines: list[bytes]) -> None:
+        assert self._proc.stdin is not None
+        for line in lines:
+            self._proc.stdin.write(line)
+        self._proc.stdin.flush()
+
+    def close(self) -> None:
+        """Close its stdin and wait for it to end (killed after 10 s)."""
+        if self._proc.stdin:
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            self._proc.kill()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What the runtime said of one record: ``ok``, or the stage that refused it and why."""
@@ -117,53 +188,15 @@ def _text(part: Any) -> str | None:
     return orjson.dumps(part).decode()
 
 
-class ConnectChecker:
+class ConnectChecker(JsonLinesJvm):
     """A long-lived ``ConnectCompat`` JVM: checks records against JsonConverter and the unwrap SMT."""
 
     def __init__(self, cache_root: Path) -> None:
-        classes = compile_java([JAVA_DIR / "ConnectCompat.java", JAVA_DIR / "CompatSupport.java"], cache_root)
-        self._proc = subprocess.Popen(
-            java_command("ConnectCompat", classes),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        self._lock = threading.Lock()
-        self._next_id = 0
+        super().__init__("ConnectCompat", [JAVA_DIR / "ConnectCompat.java"], cache_root)
 
     def check(self, records: Iterable[tuple[str, Any, Any]]) -> list[Verdict]:
         """Check ``(topic, key, value)`` triples; key and value as JSON text, bytes or parsed JSON."""
-        requests = []
-        with self._lock:
-            for topic, key, value in records:
-                self._next_id += 1
-                requests.append(
-                    orjson.dumps({"id": self._next_id, "topic": topic, "key": _text(key), "value": _text(value)})
-                )
-            if not requests:
-                return []
-            assert self._proc.stdin is not None and self._proc.stdout is not None
-            writer = threading.Thread(target=self._write, args=(requests,), daemon=True)
-            writer.start()
-            answers = []
-            for _ in requests:
-                line = self._proc.stdout.readline()
-                if not line:
-                    raise RuntimeError(f"the ConnectCompat JVM exited ({self._proc.poll()})")
-                answers.append(orjson.loads(line))
-            writer.join()
+        answers = self.request(
+            [{"topic": topic, "key": _text(key), "value": _text(value)} for topic, key, value in records]
+        )
         return [Verdict(a["ok"], a.get("stage"), a.get("error")) for a in answers]
-
-    def _write(self, requests: list[bytes]) -> None:
-        assert self._proc.stdin is not None
-        for request in requests:
-            self._proc.stdin.write(request + b"\n")
-        self._proc.stdin.flush()
-
-    def close(self) -> None:
-        if self._proc.stdin:
-            self._proc.stdin.close()
-        try:
-            self._proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            self._proc.kill()

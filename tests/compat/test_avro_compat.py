@@ -16,8 +16,6 @@ record (key and value) and a record of every Connect type:
 from __future__ import annotations
 
 import base64
-import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,7 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 
 from service.converters import OutputConfig, build_converter
 from tests.compat.records import golden_records
-from tests.compat.runtime import JAVA_DIR, compile_java, java_command
+from tests.compat.runtime import JAVA_DIR, JsonLinesJvm
 from tests.goldens import Case, cases
 from transforms.avro import AvroMappingError, avro_schema
 from transforms.envelope import OutRecord
@@ -37,48 +35,14 @@ from transforms.errors import DecodeError
 SUBJECT_SUFFIX = {True: "key", False: "value"}
 
 
-class AvroChecker:
+class AvroChecker(JsonLinesJvm):
     """A long-lived ``AvroCompat`` JVM (see the module docstring)."""
 
     def __init__(self, cache_root: Path) -> None:
-        classes = compile_java([JAVA_DIR / "AvroCompat.java", JAVA_DIR / "CompatSupport.java"], cache_root)
-        self._proc = subprocess.Popen(
-            java_command("AvroCompat", classes), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
-        )
-        self._lock = threading.Lock()
-        self._next = 0
+        super().__init__("AvroCompat", [JAVA_DIR / "AvroCompat.java"], cache_root)
 
     def check(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        with self._lock:
-            lines = []
-            for request in requests:
-                self._next += 1
-                lines.append(orjson.dumps({**request, "id": self._next}) + b"\n")
-            assert self._proc.stdin is not None and self._proc.stdout is not None
-            writer = threading.Thread(target=self._write, args=(lines,), daemon=True)
-            writer.start()
-            answers = []
-            for _ in lines:
-                line = self._proc.stdout.readline()
-                if not line:
-                    raise RuntimeError(f"the AvroCompat JVM exited ({self._proc.poll()})")
-                answers.append(orjson.loads(line))
-            writer.join()
-        return answers
-
-    def _write(self, lines: list[bytes]) -> None:
-        assert self._proc.stdin is not None
-        for line in lines:
-            self._proc.stdin.write(line)
-        self._proc.stdin.flush()
-
-    def close(self) -> None:
-        if self._proc.stdin:
-            self._proc.stdin.close()
-        try:
-            self._proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            self._proc.kill()
+        return self.request(requests)
 
 
 @pytest.fixture(scope="module")

@@ -46,8 +46,6 @@ from __future__ import annotations
 
 import functools
 import re
-import subprocess
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -57,7 +55,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.compat.runtime import JAVA_DIR, compile_java, java_command
+from tests.compat.runtime import JAVA_DIR, JsonLinesJvm
 from tests.goldens import Case, cases, iter_messages
 from transforms.decoders import Message, create_decoder
 from transforms.envelope import EmitOptions, Event, OutRecord, emit
@@ -77,23 +75,15 @@ Record = tuple[str, Any, Any, list[tuple[str, str | None]]]
 """topic, key JSON, value JSON, headers (name, text)."""
 
 
-class ConnectSmts:
+class ConnectSmts(JsonLinesJvm):
     """A long-lived ``SmtCompat`` JVM: runs records through real Connect/Debezium transform chains."""
 
     def __init__(self, cache_root: Path) -> None:
-        classes = compile_java([JAVA_DIR / "SmtCompat.java", JAVA_DIR / "CompatSupport.java"], cache_root)
-        self._proc = subprocess.Popen(
-            java_command("SmtCompat", classes),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        self._lock = threading.Lock()
+        super().__init__("SmtCompat", [JAVA_DIR / "SmtCompat.java"], cache_root)
 
     def run(self, runs: list[tuple[list[dict[str, Any]], list[OutRecord]]]) -> list[list[Record] | str]:
         """What each ``(transforms, records)`` run writes, or Connect's error when a record fails."""
         request = {
-            "id": 1,
             "runs": [
                 {
                     "transforms": transforms,
@@ -110,15 +100,9 @@ class ConnectSmts:
                 for transforms, records in runs
             ],
         }
-        with self._lock:
-            assert self._proc.stdin is not None and self._proc.stdout is not None
-            self._proc.stdin.write(orjson.dumps(request) + b"\n")
-            self._proc.stdin.flush()
-            line = self._proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"the SmtCompat JVM exited ({self._proc.poll()})")
+        (answer,) = self.request([request])
         out: list[list[Record] | str] = []
-        for result in orjson.loads(line)["runs"]:
+        for result in answer["runs"]:
             if not result["ok"]:
                 out.append(str(result["error"]))
                 continue
@@ -129,14 +113,6 @@ class ConnectSmts:
                 ]
             )
         return out
-
-    def close(self) -> None:
-        if self._proc.stdin:
-            self._proc.stdin.close()
-        try:
-            self._proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            self._proc.kill()
 
 
 def _text(data: bytes | None) -> str | None:
