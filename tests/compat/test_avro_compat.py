@@ -16,7 +16,7 @@ record (key and value) and a record of every Connect type:
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,14 +46,9 @@ class AvroChecker(JsonLinesJvm):
 
 
 @pytest.fixture(scope="module")
-def avro_checker(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AvroChecker]:
-    cache = getattr(pytestconfig, "cache", None)
-    classes = Path(cache.mkdir("avro-compat")) if cache is not None else tmp_path_factory.mktemp("avro-compat")
-    checker = AvroChecker(classes)
-    try:
+def avro_checker(java_classes_dir: Callable[[str], Path]) -> Iterator[AvroChecker]:
+    with AvroChecker(java_classes_dir("avro-compat")) as checker:
         yield checker
-    finally:
-        checker.close()
 
 
 def _requests(

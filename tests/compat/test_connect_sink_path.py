@@ -17,6 +17,7 @@ import datetime as dt
 import subprocess
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -127,7 +128,11 @@ def _parse_struct(line: str) -> tuple[str, int]:
 
 
 def test_connect_sink_path_writes_the_expected_rows(
-    kafka_bootstrap: str, redis_url: str, redis_prefix: str, tmp_path: Path, pytestconfig: pytest.Config
+    kafka_bootstrap: str,
+    redis_url: str,
+    redis_prefix: str,
+    tmp_path: Path,
+    java_classes_dir: Callable[[str], Path],
 ) -> None:
     prefix = f"cs{uuid.uuid4().hex[:8]}"
     messages, want = workload()
@@ -151,9 +156,7 @@ def test_connect_sink_path_writes_the_expected_rows(
 
     normalized = [t for t in list_topics(kafka_bootstrap, prefix) if t.count(".") == 2 and not t.endswith(".dlq")]
     assert len(normalized) == 3, normalized
-    cache = getattr(pytestconfig, "cache", None)
-    build = Path(cache.mkdir("connect-sink-path")) if cache is not None else tmp_path / "classes"
-    classes = compile_java([JAVA_DIR / "ConnectSinkPath.java"], build)
+    classes = compile_java([JAVA_DIR / "ConnectSinkPath.java"], java_classes_dir("connect-sink-path"))
     out_file = tmp_path / "rows.txt"
     proc = subprocess.run(
         java_command("ConnectSinkPath", classes, kafka_bootstrap, f"{prefix}-connect", ",".join(normalized),

@@ -124,16 +124,9 @@ def _json(text: str | None) -> Any:
 
 
 @pytest.fixture(scope="module")
-def connect_smts(
-    pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ConnectSmts]:
-    cache = getattr(pytestconfig, "cache", None)
-    classes = Path(cache.mkdir("smt-compat")) if cache is not None else tmp_path_factory.mktemp("smt-compat")
-    runner = ConnectSmts(classes)
-    try:
+def connect_smts(java_classes_dir: Callable[[str], Path]) -> Iterator[ConnectSmts]:
+    with ConnectSmts(java_classes_dir("smt-compat")) as runner:
         yield runner
-    finally:
-        runner.close()
 
 
 # ------------------------------------------------------------------------------ both sides
