@@ -11,7 +11,7 @@ import binascii
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, BinaryIO
+from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
 import orjson
 import typer
@@ -26,6 +26,9 @@ from transforms.envelope import EmitOptions
 from transforms.errors import ConfigError, MissingExtraError
 from transforms.options import describe_options
 from transforms.pipeline import Pipeline
+
+if TYPE_CHECKING:
+    from service.config import PipelineConfig
 
 __all__ = ["app", "main"]
 
@@ -274,6 +277,19 @@ def _config_error(exc: ConfigError) -> typer.Exit:
     return typer.Exit(1)
 
 
+def _load_pipeline_config(path: Path, *, check_formats: bool = True) -> PipelineConfig:
+    """The pipeline config at ``path``, its secrets masked in every log line from now on; a config
+    error is its ``key=value: reason`` line on stderr and exit code 1."""
+    from service.config import SecretRedactor, load_config
+
+    try:
+        cfg = load_config(path, check_formats=check_formats)
+    except ConfigError as exc:
+        raise _config_error(exc) from exc
+    SecretRedactor(cfg.secret_values()).install()
+    return cfg
+
+
 @app.command("validate-config")
 def validate_config(
     config: Annotated[Path, typer.Argument(help="Pipeline YAML file.")],
@@ -317,13 +333,8 @@ def worker(
     """Run the Faust normalization worker (Ctrl-C / SIGTERM to stop)."""
     require_extras("cdcnorm worker", "service")
     from service.app import run_worker
-    from service.config import SecretRedactor, load_config
 
-    try:
-        cfg = load_config(config)
-    except ConfigError as exc:
-        raise _config_error(exc) from exc
-    SecretRedactor(cfg.secret_values()).install()
+    cfg = _load_pipeline_config(config)
     code = run_worker(cfg, web_port=web_port)
     if code:
         raise typer.Exit(code)
@@ -427,14 +438,7 @@ def tail(
 
     kafka: dict[str, Any] = {"bootstrap.servers": "127.0.0.1:9092"}
     if config is not None:
-        from service.config import SecretRedactor, load_config
-
-        try:
-            cfg = load_config(config, check_formats=False)
-        except ConfigError as exc:
-            raise _config_error(exc) from exc
-        SecretRedactor(cfg.secret_values()).install()
-        kafka = cfg.broker.librdkafka()
+        kafka = _load_pipeline_config(config, check_formats=False).broker.librdkafka()
         kafka.pop("client.id", None)
     if bootstrap is not None:
         kafka["bootstrap.servers"] = bootstrap
@@ -486,14 +490,9 @@ def dlq_replay(
     every one was replayed, 2 when some failed again or cannot be replayed, 1 on an error.
     """
     require_extras("cdcnorm dlq replay", "service")
-    from service.config import SecretRedactor, load_config
     from service.replay import ReplayError, default_dlq_topics, replay_dead_letters
 
-    try:
-        cfg = load_config(config)
-    except ConfigError as exc:
-        raise _config_error(exc) from exc
-    SecretRedactor(cfg.secret_values()).install()
+    cfg = _load_pipeline_config(config)
     if bootstrap is not None:
         cfg = cfg.model_copy(update={"broker": cfg.broker.model_copy(update={"bootstrap_servers": [bootstrap]})})
     topics = topic or default_dlq_topics(cfg)
