@@ -59,8 +59,8 @@ public final class AvroCompat implements CompatSupport.Check {
       new CompatSupport.Diff("missing after the Avro round trip", "added by the Avro round trip", 200);
   private static final String SCOPE = "cdcnorm-avro-compat";
 
-  private final JsonConverter keyJson = new JsonConverter();
-  private final JsonConverter valueJson = new JsonConverter();
+  private final JsonConverter keyJson = CompatSupport.jsonWithSchemas(true);
+  private final JsonConverter valueJson = CompatSupport.jsonWithSchemas(false);
   private final JsonConverter keyPlain = new JsonConverter();
   private final JsonConverter valuePlain = new JsonConverter();
   // AvroConverter 7.0 builds a CachedSchemaRegistryClient from schema.registry.url (it knows no
@@ -74,11 +74,6 @@ public final class AvroCompat implements CompatSupport.Check {
   private final Set<String> registered = new HashSet<>();
 
   private AvroCompat() {
-    Map<String, Object> json = new HashMap<>();
-    json.put("schemas.enable", "true");
-    json.put("schemas.cache.size", "100000");
-    keyJson.configure(json, true);
-    valueJson.configure(json, false);
     Map<String, Object> plain = new HashMap<>();
     plain.put("schemas.enable", "false");
     keyPlain.configure(plain, true);

@@ -8,13 +8,15 @@ import java.io.InputStreamReader;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.util.Iterator;
+import java.util.Map;
 import java.util.concurrent.Callable;
+import org.apache.kafka.connect.json.JsonConverter;
 
 /**
  * What the checkers fed over stdin share (compiled with each of them; tests/compat/runtime.py's
  * JsonLinesJvm is the other end): the loop that answers one JSON line on stdout per request line
- * on stdin, the answer of a check that names the stage that failed, and the first difference
- * between two JSON trees.
+ * on stdin, the answer of a check that names the stage that failed, the first difference between
+ * two JSON trees, and the JsonConverter that reads and writes the JSON-with-schema form.
  */
 final class CompatSupport {
   static final ObjectMapper MAPPER = new ObjectMapper();
@@ -89,6 +91,13 @@ final class CompatSupport {
       answer.put("error", describe(e));
     }
     return answer;
+  }
+
+  /** Connect's JsonConverter for keys or values with schemas.enable=true (a schema cache of 100000). */
+  static JsonConverter jsonWithSchemas(boolean isKey) {
+    JsonConverter converter = new JsonConverter();
+    converter.configure(Map.of("schemas.enable", "true", "schemas.cache.size", "100000"), isKey);
+    return converter;
   }
 
   /** An exception and its causes, one {@code Class: message} each, joined by " <- ". */

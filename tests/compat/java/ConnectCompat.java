@@ -34,16 +34,11 @@ public final class ConnectCompat implements CompatSupport.Check {
   private static final CompatSupport.Diff DIFF =
       new CompatSupport.Diff("dropped by fromConnectData", "added by fromConnectData", 120);
 
-  private final JsonConverter keyConverter = new JsonConverter();
-  private final JsonConverter valueConverter = new JsonConverter();
+  private final JsonConverter keyConverter = CompatSupport.jsonWithSchemas(true);
+  private final JsonConverter valueConverter = CompatSupport.jsonWithSchemas(false);
   private final Map<String, Object> smtConfig = new HashMap<>();
 
   private ConnectCompat() {
-    Map<String, Object> conv = new HashMap<>();
-    conv.put("schemas.enable", "true");
-    conv.put("schemas.cache.size", "100000");
-    keyConverter.configure(conv, true);
-    valueConverter.configure(conv, false);
     smtConfig.put("delete.tombstone.handling.mode", "rewrite");
   }
 
