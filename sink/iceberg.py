@@ -26,7 +26,7 @@ import orjson
 from service.extras import require_extras
 from sink.changes import SinkChange, TableBatch
 from sink.config import JarSource, SinkConfig, WriteMode
-from sink.main import crash_point
+from sink.faults import crash_point
 from sink.types import SinkColumn, widening
 from transforms.errors import MissingExtraError
 

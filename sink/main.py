@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -14,38 +12,9 @@ from service.extras import require_extras
 from sink.config import SinkConfig
 from transforms.errors import ConfigError
 
-__all__ = ["crash_point", "load_sink_config", "run_sink"]
+__all__ = ["load_sink_config", "run_sink"]
 
 log = logging.getLogger("cdcnorm.sink")
-
-
-def crash_point(name: str) -> None:
-    """Fault injection for the crash tests: SIGKILL this process at a named point.
-
-    Active only when ``CDCNORM_CRASH_POINT`` names the point; ``CDCNORM_CRASH_AFTER=N`` skips
-    the first N-1 passes. When the sink leads its own process group (started in a new
-    session), the whole group is killed, the Spark JVM included, as a machine crash would.
-
-    Points: ``mid-merge`` (inside the Iceberg commit callback, before the MERGE runs),
-    ``between-table-commits``, ``after-iceberg-commit`` (before the Kafka offset commit),
-    ``after-kafka-commit``.
-    """
-    if os.environ.get("CDCNORM_CRASH_POINT") != name:
-        return
-    remaining = int(os.environ.get("CDCNORM_CRASH_AFTER", "1")) - 1
-    if remaining > 0:
-        os.environ["CDCNORM_CRASH_AFTER"] = str(remaining)
-        return
-    log.warning("crash point %s reached: killing the sink (test fault injection)", name)
-    _kill_self()
-
-
-def _kill_self() -> None:
-    for handler in logging.getLogger().handlers:
-        handler.flush()
-    if os.getpgrp() == os.getpid():
-        os.killpg(os.getpid(), signal.SIGKILL)
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def load_sink_config(path: str | Path) -> tuple[SinkConfig, dict[str, Any]]:

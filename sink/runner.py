@@ -26,8 +26,8 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from sink.changes import ChangeParseError, RecordParser, SinkChange, compact
 from sink.config import SinkConfig
+from sink.faults import crash_point
 from sink.iceberg import IcebergTables, IncompatibleSchemaError, build_spark
-from sink.main import crash_point
 
 __all__ = ["BatchReport", "MicroBatchSink", "RunSummary", "serve_metrics"]
 

@@ -6,7 +6,7 @@ Real processes on loopback: Tansu (``service.local.start_tansu``), redis-server
 
 * ``test_crashes``: the worker SIGKILLed at 5 seeded stream positions, then the sink SIGKILLed
   at 5 points (``mid-merge``, a timer during the MERGE, ``between-table-commits``,
-  ``after-iceberg-commit``, ``after-kafka-commit``; see :func:`sink.main.crash_point`).
+  ``after-iceberg-commit``, ``after-kafka-commit``; see :func:`sink.faults.crash_point`).
 * ``test_redis_outage``: the worker's redis-server frozen (SIGSTOP) for 30 s.
 * ``test_broker_outage``: the broker frozen (SIGSTOP) for 30 s under a running worker and sink.
 
