@@ -35,7 +35,16 @@ from sink.types import SinkColumn, columns_from_schema
 from transforms.avro import AvroMappingError, connect_payload, connect_schema
 from transforms.decoders import DECODERS
 from transforms.decoders.connect_json import position_sequence
-from transforms.envelope import AFTER, BEFORE, UNAVAILABLE_AFTER, UNAVAILABLE_BEFORE
+from transforms.envelope import (
+    AFTER,
+    BEFORE,
+    OP,
+    SOURCE,
+    TS_MS,
+    UNAVAILABLE_AFTER,
+    UNAVAILABLE_BEFORE,
+    Operation,
+)
 from transforms.values import UNAVAILABLE, UNAVAILABLE_BYTES
 
 __all__ = [
@@ -59,7 +68,7 @@ class SinkChange:
     """One row change for the sink."""
 
     table: tuple[str, str]  # (namespace, table)
-    op: str  # c u d r t
+    op: Operation
     key: tuple[Any, ...] | None
     row: dict[str, Any] | None  # after image (before image for deletes)
     seq: str
@@ -106,7 +115,7 @@ def source_sequence(source: dict[str, Any]) -> str | None:
     if isinstance(connector, str) and connector in _FORMAT_IDS:
         sequence = source.get("sequence")
         return sequence if isinstance(sequence, str) else None
-    ts_ms = source.get("ts_ms")
+    ts_ms = source.get(TS_MS)
     return position_sequence(source, ts_ms if isinstance(ts_ms, int) else None)
 
 
@@ -114,7 +123,7 @@ def _row_schema(value_schema: dict[str, Any] | None) -> dict[str, Any] | None:
     if not value_schema:
         return None
     for f in value_schema.get("fields", []):
-        if f.get("field") == "after":
+        if f.get("field") == AFTER:
             return dict(f)
     return None
 
@@ -174,7 +183,7 @@ class RecordParser:
                 return None
         key_doc = self._document(key, where + " key") if key else None
         if not _is_document(doc):
-            if "op" not in doc:
+            if OP not in doc:
                 return None  # schema-change / transaction / unwrapped rows are not table changes
             doc, key_doc = self._typed(topic, partition, offset, key_doc, doc, where)
             if doc is None:
@@ -267,12 +276,13 @@ def _parse_document(
 ) -> SinkChange | None:
     """The change in a record's value document (with its Connect schema) and key document."""
     payload = doc["payload"]
-    if not isinstance(payload, dict) or "op" not in payload:
+    if not isinstance(payload, dict) or OP not in payload:
         return None  # schema-change / transaction / unwrapped rows are not table changes
-    op = payload.get("op")
-    if op not in ("c", "u", "d", "r", "t"):
-        raise ChangeParseError(f"{topic}[{partition}]@{offset}: unknown op {op!r}")
-    source = payload.get("source") or {}
+    try:
+        op = Operation(payload[OP])
+    except ValueError:
+        raise ChangeParseError(f"{topic}[{partition}]@{offset}: unknown op {payload[OP]!r}") from None
+    source = payload.get(SOURCE) or {}
     namespace = source.get("db") or source.get("schema") or "default"
     table = source.get("table")
     if not table:
@@ -282,9 +292,10 @@ def _parse_document(
         raise ChangeParseError(f"{topic}[{partition}]@{offset}: the record's schema has no `after` field")
     key_schema = key_doc.get("schema") if isinstance(key_doc, dict) else None
     columns, key_cols = _columns(row_schema, key_schema)
-    image = payload.get(BEFORE) if op == "d" else payload.get(AFTER)
+    deleted = op is Operation.DELETE
+    image = payload.get(BEFORE) if deleted else payload.get(AFTER)
     # absent columns: the placeholder where the type holds it, else null and named in the source block
-    listed = source.get(UNAVAILABLE_BEFORE if op == "d" else UNAVAILABLE_AFTER) or ()
+    listed = source.get(UNAVAILABLE_BEFORE if deleted else UNAVAILABLE_AFTER) or ()
     row: dict[str, Any] | None = None
     unavailable: set[str] = set()
     if isinstance(image, dict):
@@ -301,7 +312,7 @@ def _parse_document(
                     raise ChangeParseError(f"{topic}[{partition}]@{offset}: column {col.name}: {exc}") from exc
     key_payload = key_doc.get("payload") if isinstance(key_doc, dict) and "payload" in key_doc else key_doc
     key_tuple: tuple[Any, ...] | None = None
-    if key_cols and op != "t":
+    if key_cols and op is not Operation.TRUNCATE:
         if not isinstance(key_payload, dict):
             raise ChangeParseError(f"{topic}[{partition}]@{offset}: keyed table without a key payload")
         by_name = {c.name: c for c in columns}
@@ -314,7 +325,7 @@ def _parse_document(
         key=key_tuple,
         row=row,
         seq=ordering(source_sequence(source), partition, offset),
-        ts_ms=source.get("ts_ms") if source.get("ts_ms") is not None else payload.get("ts_ms"),
+        ts_ms=source.get(TS_MS) if source.get(TS_MS) is not None else payload.get(TS_MS),
         columns=columns,
         key_columns=key_cols,
         topic=topic,
@@ -356,7 +367,7 @@ class TableBatch:
 
 def _fold(prev: SinkChange, nxt: SinkChange) -> SinkChange:
     """``nxt`` with its unavailable columns filled from ``prev``'s image where ``prev`` had them."""
-    if not nxt.unavailable or prev.op == "d" or prev.row is None or nxt.row is None:
+    if not nxt.unavailable or prev.op == Operation.DELETE or prev.row is None or nxt.row is None:
         return nxt
     row = dict(nxt.row)
     still: set[str] = set()
@@ -380,7 +391,7 @@ def compact(changes: Iterable[SinkChange]) -> dict[tuple[str, str], TableBatch]:
         if batch is None:
             batch = batches[change.table] = TableBatch(change.table)
             latest[change.table] = {}
-        if change.op == "t":
+        if change.op == Operation.TRUNCATE:
             batch.truncate = True
             batch.appends.clear()
             latest[change.table].clear()

@@ -28,6 +28,7 @@ from sink.changes import SinkChange, TableBatch
 from sink.config import JarSource, SinkConfig, WriteMode
 from sink.faults import crash_point
 from sink.types import SinkColumn, widening
+from transforms.envelope import Operation
 from transforms.errors import MissingExtraError
 
 if TYPE_CHECKING:
@@ -51,6 +52,8 @@ SEQ_COLUMN = "__cdc_seq"
 TS_COLUMN = "__cdc_ts_ms"
 OP_COLUMN = "__cdc_op"
 UNAVAILABLE_COLUMN = "__cdc_unavailable"
+# the op of a delete as a SQL literal (the MERGE source's __cdc_op column holds Operation values)
+_DELETE = f"'{Operation.DELETE.value}'"
 
 
 _DISTRIBUTION_PROPERTIES = (
@@ -390,7 +393,7 @@ class IcebergTables:
                 if type(values[i]) is int:
                     with contextlib.suppress(OverflowError):
                         values[i] = float(values[i])
-            values += [ch.op, ch.seq, ch.ts_ms]
+            values += [str(ch.op), ch.seq, ch.ts_ms]
             if with_unavailable:
                 values.append(sorted(ch.unavailable) if ch.unavailable else [])
             rows.append(values)
@@ -424,13 +427,13 @@ class IcebergTables:
         insert_cols = [*state.columns, SEQ_COLUMN, TS_COLUMN]
         self.spark.sql(
             f"MERGE INTO {tid} t USING {view} s ON {on} "
-            f"WHEN MATCHED AND s.{quote(OP_COLUMN)} = 'd' AND {not_older} THEN DELETE "
-            f"WHEN MATCHED AND s.{quote(OP_COLUMN)} <> 'd' AND {newer} THEN UPDATE SET {', '.join(sets)} "
-            f"WHEN NOT MATCHED AND s.{quote(OP_COLUMN)} <> 'd' THEN INSERT ({', '.join(quote(c) for c in insert_cols)}) "
+            f"WHEN MATCHED AND s.{quote(OP_COLUMN)} = {_DELETE} AND {not_older} THEN DELETE "
+            f"WHEN MATCHED AND s.{quote(OP_COLUMN)} <> {_DELETE} AND {newer} THEN UPDATE SET {', '.join(sets)} "
+            f"WHEN NOT MATCHED AND s.{quote(OP_COLUMN)} <> {_DELETE} THEN INSERT ({', '.join(quote(c) for c in insert_cols)}) "
             f"VALUES ({', '.join('s.' + quote(c) for c in insert_cols)})"
         )
         self.spark.catalog.dropTempView(view)
-        counts["deletes"] = sum(1 for c in changes if c.op == "d")
+        counts["deletes"] = sum(1 for c in changes if c.op == Operation.DELETE)
         counts["upserts"] = len(changes) - counts["deletes"]
 
     def _append(self, tid: str, state: _TableState, changes: list[SinkChange]) -> None:
@@ -523,7 +526,7 @@ def _json_documents(
             doc = {n: image.get(n) for n in names}
             for n in floats:
                 doc[n] = _float32(doc[n])
-            doc[OP_COLUMN] = ch.op
+            doc[OP_COLUMN] = str(ch.op)
             doc[SEQ_COLUMN] = ch.seq
             doc[TS_COLUMN] = ch.ts_ms
             if with_unavailable:
