@@ -4,9 +4,16 @@ Both use the synchronous redis client (calls are short; the Kafka consumer runs 
 thread) with an in-process cache, and turn every Redis failure into
 :class:`~transforms.errors.StateStoreError` so the worker retries instead of dead-lettering.
 
+Decoder metadata has its source of truth in the metadata log (a compacted Kafka topic,
+:mod:`service.metadata_log`); :class:`LoggedMetadataStore` puts Redis in front of it as the
+shared cache, rebuilt from the log when Redis forgets. Row images are a cache only: a lost image
+leaves the absent columns of the next partial change unavailable (Debezium's placeholder, or
+null named in ``source.unavailable_after``), never filled with a wrong value.
+
 Key layout (``P`` is ``redis.key_prefix``):
 
 * ``P meta:<namespace>:<key>`` → JSON document (no expiry);
+* ``P meta-log:<topic>`` → marker: Redis holds the log's documents (missing after a flush);
 * ``P row:<table>:<key>`` → tagged JSON row image, ``EX ttl``;
 * ``P rowidx:<table>`` → sorted set of keys by last write time (bounds the table's size).
 
@@ -18,9 +25,10 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -31,8 +39,13 @@ from transforms.errors import StateStoreError
 
 if TYPE_CHECKING:
     from service.config import RedisConfig
+    from service.metadata_log import MetadataLog
+
+logger = logging.getLogger("cdcnorm.state")
 
 __all__ = [
+    "CACHE_ONLY_NAMESPACES",
+    "LoggedMetadataStore",
     "RedisMetadataStore",
     "RedisRowStateStore",
     "check_redis",
@@ -232,6 +245,178 @@ class RedisMetadataStore:
 
     def clear_cache(self) -> None:
         self._cache.clear()
+
+    def put_if_absent(self, namespace: str, key: str, raw: bytes) -> bool:
+        """Store the JSON document ``raw`` unless Redis has the key (``SET NX``); True if stored.
+
+        For writing the log's documents back: a concurrent :meth:`put` of a newer document is
+        never overwritten.
+        """
+        stored: Any = self._redis.call("set", lambda: self._redis.client.set(self._key(namespace, key), raw, nx=True))
+        return bool(stored)
+
+    def restore(self, documents: Iterable[tuple[str, str, bytes]], marker: str) -> int | None:
+        """Write ``documents`` (namespace, key, JSON) back unless the ``marker`` key exists.
+
+        The marker (``P meta-log:<topic>``, no expiry) is set with them, so it is missing
+        exactly when Redis lost its data (``FLUSHALL``, a restart without persistence, a new
+        instance). Every document goes in with ``SET NX``: what another replica wrote since
+        is kept. Returns how many were written, or None when the marker was there.
+        """
+        name = f"{self._prefix}{marker}"
+        if self._redis.call("exists", lambda: self._redis.client.exists(name)):
+            return None
+        written = 0
+        batch: list[tuple[str, bytes]] = []
+
+        def flush() -> int:
+            pipe = self._redis.client.pipeline(transaction=False)
+            for key, raw in batch:
+                pipe.set(key, raw, nx=True)
+            return sum(1 for ok in pipe.execute() if ok)
+
+        for namespace, key, raw in documents:
+            batch.append((self._key(namespace, key), raw))
+            if len(batch) >= 1000:
+                written += self._redis.call("restore", flush)
+                batch.clear()
+        if batch:
+            written += self._redis.call("restore", flush)
+        self._redis.call("set", lambda: self._redis.client.set(name, b"1"))
+        return written
+
+
+CACHE_ONLY_NAMESPACES = frozenset({"shareplex-json.update-before"})
+"""Metadata namespaces kept in Redis only: a SharePlex ``UPDATE BEFORE`` row waits there for its
+``UPDATE AFTER`` (one write and one delete per update pair, gone a moment later). Losing one
+gives that update ``before: null``, never a dead letter, so it is not worth a log record."""
+
+
+class LoggedMetadataStore:
+    """:class:`~transforms.metadata.MetadataStore` whose source of truth is the metadata log
+    (:class:`service.metadata_log.MetadataLog`), with Redis as the shared cache.
+
+    For every namespace except :data:`CACHE_ONLY_NAMESPACES` (those go to ``redis`` alone):
+
+    * **get**: the log's in-memory copy answers (no Redis, no Kafka call). A key the copy lacks
+      is looked up in Redis, then the log is read to its end (:meth:`MetadataLog.sync`) and the
+      copy asked again; a document found that way is written back to Redis (``SET NX``). A
+      document found only in Redis (written before the log existed) is adopted into the log.
+      A key absent from both is re-checked against the log at most every ``resync_after_s``.
+    * **put**: the log first (acknowledged), then Redis; a document equal to the copy's is not
+      written to the log again. Deleting (``None``) writes a tombstone.
+    * **Redis rebuild**: every ``check_interval_s`` the log's thread checks Redis's marker key
+      ``P meta-log:<topic>``; when Redis lost it (``FLUSHALL``, a restart without persistence)
+      every document of the copy is written back (:meth:`RedisMetadataStore.restore`).
+
+    Until the log is loaded at start-up, get and put raise StateStoreError (the worker retries
+    the message; ``/readyz`` says why it is not ready).
+    """
+
+    def __init__(
+        self,
+        log: MetadataLog,
+        redis_store: RedisMetadataStore,
+        *,
+        cache_only: frozenset[str] = CACHE_ONLY_NAMESPACES,
+        check_interval_s: float = 2.0,
+        resync_after_s: float = 10.0,
+        max_absent: int = 10_000,
+    ) -> None:
+        self.log = log
+        self.cache = redis_store
+        self._redis = redis_store._redis  # the client /readyz pings
+        self._cache_only = cache_only
+        self._check_interval = check_interval_s
+        self._resync_after = resync_after_s
+        self._max_absent = max_absent
+        self._absent: OrderedDict[tuple[str, str], float] = OrderedDict()  # key -> when the log last lacked it
+        self.marker = f"meta-log:{log.topic}"
+        self.restored = 0  # documents written back to Redis by rebuilds
+        self.rebuilds = 0
+
+    def start(self) -> None:
+        """Start reading the log (in the background); Redis is rebuilt whenever it lost the marker."""
+        self.log.every(self._check_interval, self._rebuild)
+        self.log.start()
+
+    def close(self) -> None:
+        self.log.close()
+
+    def status(self) -> str | None:
+        """None when loaded, else what readiness waits for."""
+        return self.log.status()
+
+    def _loading(self) -> StateStoreError:
+        return StateStoreError(self.log.status() or f"metadata log {self.log.topic} is not loaded")
+
+    def get(self, namespace: str, key: str) -> Any | None:
+        if namespace in self._cache_only:
+            return self.cache.get(namespace, key)
+        log = self.log
+        entry = log.get(namespace, key)
+        if entry is not None:
+            return entry.value
+        if not log.loaded:
+            raise self._loading()
+        cached = self.cache.get(namespace, key)
+        slot = (namespace, key)
+        now = time.monotonic()
+        if cached is None:
+            checked = self._absent.get(slot)
+            if checked is not None and now - checked < self._resync_after:
+                return None
+        log.sync()
+        entry = log.get(namespace, key)
+        if entry is not None:
+            self._absent.pop(slot, None)
+            if cached is None and entry.raw is not None:
+                self._write_back(namespace, key, entry.raw)
+            return entry.value
+        if cached is not None:  # in Redis only: written before the log existed
+            self.log.write(namespace, key, orjson.dumps(cached), cached)
+            logger.info("metadata adopted from Redis into the log namespace=%s key=%s", namespace, key)
+            return cached
+        self._absent[slot] = now
+        self._absent.move_to_end(slot)
+        while len(self._absent) > self._max_absent:
+            self._absent.popitem(last=False)
+        return None
+
+    def put(self, namespace: str, key: str, value: Any) -> None:
+        if namespace in self._cache_only:
+            self.cache.put(namespace, key, value)
+            return
+        log = self.log
+        if not log.loaded:
+            raise self._loading()
+        raw = None if value is None else orjson.dumps(value)
+        entry = log.get(namespace, key)
+        if (entry is None and raw is not None) or (entry is not None and entry.raw != raw):
+            log.write(namespace, key, raw, None if raw is None else orjson.loads(raw))
+            self._absent.pop((namespace, key), None)
+        self.cache.put(namespace, key, value)
+
+    def _write_back(self, namespace: str, key: str, raw: bytes) -> None:
+        try:
+            self.cache.put_if_absent(namespace, key, raw)
+        except StateStoreError as exc:  # a cache write: the log has the document
+            logger.debug("metadata write-back to Redis failed namespace=%s key=%s: %s", namespace, key, exc)
+
+    def _rebuild(self) -> None:
+        """From the log's thread: write the copy back to Redis if Redis lost the marker."""
+        written = self.cache.restore(self.log.items(), self.marker)
+        if written is None:
+            return
+        self.rebuilds += 1
+        self.restored += written
+        logger.info(
+            "redis metadata cache rebuilt from the log topic=%s documents=%d written=%d",
+            self.log.topic, len(self.log), written,
+        )
+
+    def clear_cache(self) -> None:
+        self.cache.clear_cache()
 
 
 class RedisRowStateStore:
