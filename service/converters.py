@@ -51,6 +51,7 @@ from pydantic import (
 )
 
 from transforms.avro import AvroMappingError, avro_datum, avro_schema
+from transforms.configfile import resolve_secret
 from transforms.envelope import OutRecord
 from transforms.errors import DecodeError, StateStoreError
 
@@ -73,9 +74,6 @@ __all__ = [
 
 
 def _resolve(value: Any) -> Any:
-    # service.config imports this module (TopicEntry.output): resolve through it lazily
-    from service.config import resolve_secret
-
     return resolve_secret(value)
 
 

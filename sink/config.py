@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from service.converters import SchemaRegistrySettings
+from transforms.configfile import is_secret_key
 
 __all__ = ["CatalogConfig", "JarSource", "MaintenanceConfig", "SinkConfig", "WriteMode"]
 
@@ -77,6 +79,14 @@ class SinkConfig(_Strict):
         if not self.topics and not self.topic_pattern:
             raise ValueError("set `topics` or `topic_pattern`")
         return self
+
+    def secret_values(self) -> Iterator[str]:
+        """The values under secret-looking keys of the passthrough maps (``catalog.properties``,
+        ``spark_conf``) and the schema registry's secrets: what the sink's log redaction hides."""
+        for mapping in (self.catalog.properties, self.spark_conf):
+            yield from (v for k, v in mapping.items() if is_secret_key(k) and v)
+        if self.schema_registry is not None:
+            yield from self.schema_registry.secret_values()
 
     def warehouse_path(self, base: Path | None = None) -> str:
         wh = self.catalog.warehouse

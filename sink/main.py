@@ -10,35 +10,68 @@ from pydantic import ValidationError
 
 from service.extras import require_extras
 from sink.config import SinkConfig
+from transforms.configfile import (
+    REFERENCES_RESOLVED,
+    BrokerConfig,
+    SecretRedactor,
+    raise_problems,
+    read_yaml,
+    resolve_document,
+    validation_errors,
+)
 from transforms.errors import ConfigError
 
-__all__ = ["load_sink_config", "run_sink"]
+__all__ = ["SECTIONS", "load_sink_config", "read_sink_config", "run_sink"]
 
 log = logging.getLogger("cdcnorm.sink")
 
 
-def load_sink_config(path: str | Path) -> tuple[SinkConfig, dict[str, Any]]:
-    """The sink section and the librdkafka settings of a pipeline config file.
+# the sections of pipeline.yaml the sink reads; the worker's (topics, redis, web, ...) are not
+# resolved nor validated here (`cdcnorm validate-config` checks the whole file)
+SECTIONS = ("broker", "sink")
 
-    ``${ENV}``/``file:`` references under secret-looking keys of ``catalog.properties`` and
-    ``spark_conf`` are resolved, and every secret of the config is redacted from this
-    process's log records from now on (:class:`service.config.SecretRedactor`).
+
+def read_sink_config(path: str | Path) -> tuple[SinkConfig, BrokerConfig, tuple[str, ...]]:
+    """The ``sink:`` and ``broker:`` sections of a pipeline config file, validated, and the
+    secrets they hold (what references under secret-looking keys resolved to included).
+
+    Reads only those two sections, through :mod:`transforms.configfile` (the module the worker's
+    ``service.config`` builds on too): their ``${ENV}``/``file:`` references are resolved (in
+    ``sink:``, ``file:`` only under secret-looking keys) and every problem of both is reported at
+    once (:class:`~transforms.configfile.ConfigErrors`, key paths and masked values as
+    ``cdcnorm validate-config`` shows them). The worker's sections are not the sink's business:
+    ``cdcnorm validate-config`` checks the whole file.
     """
-    from service.config import SecretRedactor, load_config, mask_secrets, resolve_sink_secrets
-
-    pipeline = load_config(path, check_formats=False)  # also validates the sink section
-    if pipeline.sink is None:
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigError("<root>", type(raw).__name__, "expected a mapping at the top level")
+    if raw.get("sink") is None:
         raise ConfigError("sink", None, "the pipeline config has no `sink:` section")
-    SecretRedactor(pipeline.secret_values()).install()
-    section = resolve_sink_secrets(pipeline.sink)
+    document = resolve_document({key: raw[key] for key in SECTIONS if key in raw})
+    context = {REFERENCES_RESOLVED: True}
+    problems: list[tuple[tuple[Any, ...], ConfigError]] = []
+    broker: BrokerConfig | None = None
+    sink: SinkConfig | None = None
     try:
-        sink = SinkConfig.model_validate(section)
+        broker = BrokerConfig.model_validate(document.doc.get("broker", {}), context=context)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err.get("loc", ()))
-        key = f"sink.{loc}" if loc else "sink"
-        raise ConfigError(key, mask_secrets(key, err.get("input")), err.get("msg", "invalid")) from None
-    return sink, pipeline.broker.librdkafka()
+        problems += validation_errors(exc, document, ("broker",))
+    try:
+        sink = SinkConfig.model_validate(document.doc.get("sink"), context=context)
+    except ValidationError as exc:
+        problems += validation_errors(exc, document, ("sink",))
+    raise_problems(raw, document, problems)
+    assert broker is not None and sink is not None
+    return sink, broker, (*broker.secret_values(), *sink.secret_values(), *document.secrets())
+
+
+def load_sink_config(path: str | Path) -> tuple[SinkConfig, dict[str, Any]]:
+    """The sink section and the librdkafka settings of a pipeline config file
+    (:func:`read_sink_config`); their secrets are redacted from this process's log records from
+    now on (:class:`~transforms.configfile.SecretRedactor`)."""
+    sink, broker, secrets = read_sink_config(path)
+    SecretRedactor(secrets).install()
+    return sink, broker.librdkafka()
 
 
 def run_sink(config_path: str | Path, once: bool = False, max_batches: int | None = None) -> int:

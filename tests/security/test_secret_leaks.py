@@ -181,9 +181,11 @@ def test_every_config_error_masks_secrets(
     assert result.output.startswith(f"{key}="), result.output
     assert_clean(result.output, caplog=debug_logs)
     commands = [["worker", "--config", str(path)]]
+    from sink.main import read_sink_config
+
     try:
-        load_config(path, check_formats=False)
-    except ConfigError:  # the sink checks structure only: run it only where it stops before Spark
+        read_sink_config(path)
+    except ConfigError:  # the sink checks its own sections only: run it only where it stops before Spark
         commands.append(["sink", "--config", str(path)])
     for command in commands:
         result = runner.invoke(app, command)

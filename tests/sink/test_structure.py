@@ -56,3 +56,133 @@ def test_parsed_changes_carry_an_operation() -> None:
     ops = [c.op for c in changes if c is not None]
     assert ops == [Operation.CREATE, Operation.DELETE]
     assert all(type(op) is Operation for op in ops)
+
+
+# ----------------------------------------------------------------------------- imports
+
+PACKAGES = ("transforms", "service", "sink")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(name: str, modules: set[str]) -> str | None:
+    """The module of ``name`` (a module, or a name inside one) among ``modules``."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            out |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the project modules it imports, at module level or inside functions (both run),
+    ``if TYPE_CHECKING:`` imports left out."""
+    files = {_module_name(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    modules = set(files)
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skip = _type_checking_only(tree)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                    base = f"{anchor}.{base}" if base else anchor
+                targets = [f"{base}.{a.name}" for a in node.names] + [base]
+            for target in targets:
+                module = _resolve(target, modules)
+                if module is not None and module != name:
+                    found.add(module)
+        graph[name] = found
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.add(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                out.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return out
+
+
+def test_no_import_cycle_runs_through_the_sink_or_the_shared_config() -> None:
+    graph = import_graph()
+    assert "sink.main" in graph and "service.config" in graph and "transforms.configfile" in graph
+    involved = [c for c in cycles(graph) if any(m.startswith("sink") or m == "transforms.configfile" for m in c)]
+    assert not involved, f"import cycles through the sink or transforms.configfile: {involved}"
+    # the sink reads its config through the shared module, never through the worker's
+    for module, imports in graph.items():
+        if module.split(".")[0] == "sink":
+            assert not imports & {"service.config", "service.cli", "service.app"}, (module, imports)
+    assert not {m for m in graph["transforms.configfile"] if m.split(".")[0] in ("service", "sink")}
+    # both sides build on it
+    assert "transforms.configfile" in graph["sink.main"] and "transforms.configfile" in graph["service.config"]
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+
+
+def test_the_sink_imports_without_the_worker_stack() -> None:
+    """As in the sink image without Faust, aiokafka or redis: importing the sink's modules (and
+    loading its config) needs none of them, nor the worker's config module."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "for name in ('faust', 'aiokafka', 'redis', 'mode'):\n"
+        "    sys.modules[name] = None  # import fails, as if not installed\n"
+        "import sink.main, sink.runner, sink.iceberg, sink.changes, sink.inspect, sink.faults\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('service', 'faust', 'aiokafka'))\n"
+        "print(loaded)\n"
+        "assert 'service.config' not in sys.modules, loaded\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
