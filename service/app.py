@@ -170,14 +170,22 @@ class WorkerState:
     fatal: BaseException | None = None
     last_redis_error: str | None = None
     assigned: set[Any] = field(default_factory=set)
+    metadata_status: Callable[[], str | None] | None = None  # the metadata log: None once loaded
 
     @property
     def live(self) -> bool:
         return self.fatal is None
 
     @property
+    def metadata_error(self) -> str | None:
+        """Why the metadata log is not loaded yet (None when it is, or when there is none)."""
+        return None if self.metadata_status is None else self.metadata_status()
+
+    @property
     def ready(self) -> bool:
-        return self.started and self.joined and self.redis_ok and self.fatal is None
+        return (
+            self.started and self.joined and self.redis_ok and self.fatal is None and self.metadata_error is None
+        )
 
 
 class Normalizer:
@@ -685,7 +693,8 @@ def create_app(
 ) -> Any:
     """Build the Faust app (source topics, batch processor, web endpoints, rebalance hooks).
 
-    Without ``normalizer``, Redis-backed stores are created from ``config.redis``. ``producer``
+    Without ``normalizer``, Redis-backed stores are created from ``config.redis``, the decoder
+    metadata store on the metadata log (``config.metadata_log``), which starts loading here. ``producer``
     replaces the app's aiokafka producer (tests); ``on_fatal`` is called when the worker must
     stop. The :class:`BatchProcessor` is ``app.cdcnorm_processor``.
     """
@@ -697,6 +706,9 @@ def create_app(
     meta_store: Any = None
     if normalizer is None:
         normalizer, meta_store, row_stores = _redis_normalizer(config)
+    if hasattr(meta_store, "start"):  # the metadata log: loaded in the background, before readiness
+        meta_store.start()
+        state.metadata_status = meta_store.status
     metrics = normalizer.metrics
     ddir = data_dir or config.worker.data_dir or Path(tempfile.mkdtemp(prefix="cdcnorm-faust-"))
     app = BatchApp(config.worker.app_id, **_faust_settings(config, ddir))
@@ -777,6 +789,8 @@ def create_app(
 
     async def _stopping(sender: Any, **kwargs: Any) -> None:
         await processor.stop()
+        if hasattr(meta_store, "close"):
+            await asyncio.to_thread(meta_store.close)
 
     app.on_before_shutdown.connect(_stopping)  # type: ignore[arg-type]
 
@@ -801,7 +815,20 @@ def _redis_normalizer(config: PipelineConfig) -> tuple[Normalizer, Any, list[Any
     metrics = WorkerMetrics()
     rc = config.redis
     client = connect_redis(rc)
-    meta = RedisMetadataStore(client, rc.key_prefix, rc.metadata_cache_ttl_s, on_error=metrics.redis_error)
+    meta: Any = RedisMetadataStore(client, rc.key_prefix, rc.metadata_cache_ttl_s, on_error=metrics.redis_error)
+    if config.metadata_log.enabled:  # the source of truth of the metadata; Redis its cache
+        from service.metadata_log import MetadataLog, replica_id
+        from service.state import LoggedMetadataStore
+
+        ml = config.metadata_log
+        log_ = MetadataLog(
+            config.broker.librdkafka(),
+            config.metadata_topic,
+            replica=replica_id(config.worker.app_id),
+            timeout_s=ml.timeout_s,
+            replication_factor=ml.replication_factor,
+        )
+        meta = LoggedMetadataStore(log_, meta)
     rows: list[Any] = []
 
     def row_store(entry: TopicEntry) -> RowStateStore:

@@ -74,6 +74,7 @@ __all__ = [
     "BrokerConfig",
     "ConfigErrors",
     "ErrorPolicy",
+    "MetadataLogConfig",
     "OutputClient",
     "PipelineConfig",
     "RedisConfig",
@@ -300,6 +301,25 @@ class WorkerConfig(_Section):
         return upper
 
 
+class MetadataLogConfig(_Section):
+    """The metadata log: a compacted Kafka topic, the source of truth of decoder metadata (the
+    Qlik schema registry, Arcion column lists ...); Redis is its shared cache (service.metadata_log)."""
+
+    enabled: bool = Field(True, description="Keep decoder metadata in the log (false: in Redis only, lost on a flush).")
+    topic: str | None = Field(None, description="The topic; default <worker.app_id>.metadata.")
+    replication_factor: int = Field(
+        -1, ge=-1, description="Of the topic when the worker creates it (1 partition, compacted); -1: the broker's default."
+    )
+    timeout_s: float = Field(
+        10.0, gt=0, description="Longest wait for a write's acknowledgement or a read to the log's end."
+    )
+
+    @field_validator("topic")
+    @classmethod
+    def _topic(cls, value: str | None) -> str | None:
+        return _check_topic_name(value)
+
+
 class RowStateConfig(_Section):
     """Bounds of the per-table row-state store used to complete partial images."""
 
@@ -407,6 +427,7 @@ class PipelineConfig(_Section):
     redis: RedisConfig = Field(default_factory=RedisConfig)
     web: WebConfig = Field(default_factory=WebConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
+    metadata_log: MetadataLogConfig = Field(default_factory=MetadataLogConfig)
     topics: list[TopicEntry] = Field(min_length=1)
     sink: dict[str, Any] | None = Field(
         None, description="The Iceberg sink (sink.config.SinkConfig); checked by parse_config, not used by the worker."
@@ -465,10 +486,20 @@ class PipelineConfig(_Section):
     def transaction_topic(self) -> str:
         return f"{self.topic_prefix}.transaction"
 
+    @property
+    def metadata_topic(self) -> str:
+        """The metadata log's topic: ``metadata_log.topic``, default ``<worker.app_id>.metadata``
+        (a character of the app id that a topic name cannot hold becomes ``_``)."""
+        if self.metadata_log.topic is not None:
+            return self.metadata_log.topic
+        return re.sub(r"[^A-Za-z0-9._-]", "_", self.worker.app_id)[:240] + ".metadata"
+
     def is_output_topic(self, topic: str) -> bool:
         """True for topics this worker writes (never consumed through a pattern)."""
         prefix = self.topic_prefix
         if topic == prefix or topic.startswith(prefix + "."):
+            return True
+        if self.metadata_log.enabled and topic == self.metadata_topic:
             return True
         return any(topic == e.output_dlq_topic(prefix) for e in self.topics)
 

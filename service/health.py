@@ -1,8 +1,9 @@
 """Liveness and readiness of the worker.
 
 * ``/healthz`` (liveness): the process runs and no fatal error stopped it.
-* ``/readyz`` (readiness): the Faust app started, joined its consumer group, Redis answers and
-  no fatal error happened. During a Redis outage the worker pauses and is not ready.
+* ``/readyz`` (readiness): the Faust app started, joined its consumer group, Redis answers, the
+  metadata log was read to its end (:mod:`service.metadata_log`) and no fatal error happened.
+  During a Redis outage the worker pauses and is not ready.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ class HealthState(Protocol):
     assigned: set[Any]
 
     @property
+    def metadata_error(self) -> str | None: ...
+
+    @property
     def live(self) -> bool: ...
 
     @property
@@ -40,6 +44,8 @@ def health_report(state: HealthState) -> dict[str, Any]:
         "assigned_partitions": sorted(f"{tp.topic}[{tp.partition}]" for tp in state.assigned),
         "redis": state.redis_ok,
         "redis_error": None if state.redis_ok else state.last_redis_error,
+        "metadata_log": state.metadata_error is None,
+        "metadata_log_error": state.metadata_error,
         "fatal": None if state.fatal is None else f"{type(state.fatal).__name__}: {state.fatal}",
     }
 
