@@ -311,7 +311,9 @@ class MetadataLogConfig(_Section):
         -1, ge=-1, description="Of the topic when the worker creates it (1 partition, compacted); -1: the broker's default."
     )
     timeout_s: float = Field(
-        10.0, gt=0, description="Longest wait for a write's acknowledgement or a read to the log's end."
+        5.0,
+        gt=0,
+        description="Longest wait for a write's acknowledgement or a read to the log's end (then the message is retried).",
     )
 
     @field_validator("topic")

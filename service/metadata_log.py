@@ -121,7 +121,7 @@ class MetadataLog:
         topic: str,
         *,
         replica: str,
-        timeout_s: float = 10.0,
+        timeout_s: float = 5.0,
         replication_factor: int = -1,
         create: bool = True,
     ) -> None:

@@ -334,6 +334,7 @@ class LoggedMetadataStore:
         self.marker = f"meta-log:{log.topic}"
         self.restored = 0  # documents written back to Redis by rebuilds
         self.rebuilds = 0
+        self._rebuild_failing = False
 
     def start(self) -> None:
         """Start reading the log (in the background); Redis is rebuilt whenever it lost the marker."""
@@ -405,7 +406,14 @@ class LoggedMetadataStore:
 
     def _rebuild(self) -> None:
         """From the log's thread: write the copy back to Redis if Redis lost the marker."""
-        written = self.cache.restore(self.log.items(), self.marker)
+        try:
+            written = self.cache.restore(self.log.items(), self.marker)
+        except StateStoreError as exc:  # Redis down: the worker's own calls report it; say it once
+            if not self._rebuild_failing:
+                logger.warning("redis metadata cache check failed (retried every %.0fs): %s", self._check_interval, exc)
+            self._rebuild_failing = True
+            return
+        self._rebuild_failing = False
         if written is None:
             return
         self.rebuilds += 1

@@ -15,7 +15,7 @@ TOPICS = [{"pattern": ".*", "format": "canal-json"}]
 def test_defaults_name_the_topic_after_the_app_id() -> None:
     cfg = parse_config({"worker": {"app_id": "erp-normalizer"}, "topics": TOPICS})
     assert cfg.metadata_log.enabled and cfg.metadata_log.replication_factor == -1
-    assert cfg.metadata_log.timeout_s == 10.0
+    assert cfg.metadata_log.timeout_s == 5.0
     assert cfg.metadata_topic == "erp-normalizer.metadata"
     assert parse_config({"worker": {"app_id": "a b/c"}, "topics": TOPICS}).metadata_topic == "a_b_c.metadata"
     named = parse_config({"metadata_log": {"topic": "shared.meta", "replication_factor": 3}, "topics": TOPICS})
