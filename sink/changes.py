@@ -339,12 +339,14 @@ def _parse_document(
 class TableBatch:
     """The compacted changes of one table in one micro-batch.
 
-    ``truncate`` is set when a truncate happened; ``changes`` then holds only what followed it.
+    ``truncate`` is set when a truncate happened (``truncate_seq``: the last one's sequence);
+    ``changes`` then holds only what followed it.
     ``appends`` holds every change in order for tables without a key (append-only).
     """
 
     table: tuple[str, str]
     truncate: bool = False
+    truncate_seq: str | None = None
     changes: list[SinkChange] = field(default_factory=list)
     appends: list[SinkChange] = field(default_factory=list)
 
@@ -393,6 +395,7 @@ def compact(changes: Iterable[SinkChange]) -> dict[tuple[str, str], TableBatch]:
             latest[change.table] = {}
         if change.op == Operation.TRUNCATE:
             batch.truncate = True
+            batch.truncate_seq = change.seq
             batch.appends.clear()
             latest[change.table].clear()
             continue

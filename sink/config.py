@@ -71,6 +71,16 @@ class SinkConfig(_Strict):
     spark_master: str = "local[2]"
     spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark conf, passed through.")
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
+    deleted_keys_retention_seconds: int = Field(
+        7 * 24 * 3600,
+        ge=0,
+        description=(
+            "How long a deleted row's key and sequence are remembered (a side table per table, "
+            "<table>__cdc_deleted_keys), so that a stale change to it arriving later is ignored instead "
+            "of re-creating the row; expired by maintenance. 0: not remembered. Default: 7 days, "
+            "Kafka's default topic retention."
+        ),
+    )
     metrics_port: int | None = Field(None, ge=0, le=65535)
     schema_registry: SchemaRegistrySettings | None = Field(None, description="Where Avro records' schemas are (sink.changes.RecordParser).")
 

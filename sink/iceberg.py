@@ -16,8 +16,9 @@ import logging
 import os
 import re
 import struct
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "DELETED_AT_COLUMN",
+    "DELETED_KEYS_SUFFIX",
     "OFFSETS_PROPERTY",
     "SEQ_COLUMN",
     "TS_COLUMN",
@@ -47,11 +50,20 @@ __all__ = [
 log = logging.getLogger("cdcnorm.sink")
 
 OFFSETS_PROPERTY = "cdcnorm.offsets"
+# the table's last truncate, {"seq": ..., "at": epoch ms}, carried in every commit's summary while
+# it is remembered (sink.deleted_keys_retention_seconds), like the offsets
+TRUNCATED_PROPERTY = "cdcnorm.truncated"
 KEY_PROPERTY = "cdcnorm.key-columns"
 SEQ_COLUMN = "__cdc_seq"
 TS_COLUMN = "__cdc_ts_ms"
 OP_COLUMN = "__cdc_op"
 UNAVAILABLE_COLUMN = "__cdc_unavailable"
+# Deleted keys: a side table per keyed table, ``<table>__cdc_deleted_keys`` in the same namespace,
+# holding the key, the sequence of the delete and when the sink recorded it (see write_batch)
+DELETED_KEYS_SUFFIX = "__cdc_deleted_keys"
+DELETED_KEYS_OF_PROPERTY = "cdcnorm.deleted-keys-of"
+DELETED_AT_COLUMN = "__cdc_deleted_at"
+DELETED_SEQ = "__cdc_deleted_seq"
 # the op of a delete as a SQL literal (the MERGE source's __cdc_op column holds Operation values)
 _DELETE = f"'{Operation.DELETE.value}'"
 
@@ -155,6 +167,9 @@ class _TableState:
     columns: dict[str, str]  # name -> spark sql type (data columns only)
     key: tuple[str, ...]
     commits: int = 0
+    deleted_keys: bool | None = None  # whether the deleted-keys side table exists (None: not looked up)
+    truncated: tuple[str, int] | None = None  # the last truncate remembered: (sequence, epoch ms)
+    summary_loaded: bool = False  # truncated was read from the newest cdcnorm snapshot
 
 
 class _JavaCallable:
@@ -194,6 +209,10 @@ class IcebergTables:
     def table_id(self, table: tuple[str, str]) -> str:
         return f"{self.namespace_id(table)}.{quote(table[1])}"
 
+    def deleted_keys_id(self, table: tuple[str, str]) -> str:
+        """The side table remembering the table's deleted keys (:meth:`write_batch`)."""
+        return f"{self.namespace_id(table)}.{quote(table[1] + DELETED_KEYS_SUFFIX)}"
+
     # -- schema -------------------------------------------------------------------------
 
     def _load_state(self, tid: str) -> _TableState | None:
@@ -229,7 +248,7 @@ class IcebergTables:
         state = self._load_state(tid)
         if state is None:
             self._create(tid, self.namespace_id(batch.table), columns, key)
-            self._state[tid] = _TableState({c.name: c.sql_type for c in columns}, key)
+            self._state[tid] = _TableState({c.name: c.sql_type for c in columns}, key, summary_loaded=True)
             return tid
         for col in columns:
             stored = state.columns.get(col.name)
@@ -247,6 +266,9 @@ class IcebergTables:
                 self.spark.sql(f"ALTER TABLE {tid} ALTER COLUMN {quote(col.name)} TYPE {target}")
                 state.columns[col.name] = target
                 log.info("table %s: widened column %s %s -> %s", tid, col.name, stored, target)
+                if col.name in state.key and self._has_deleted_keys(batch.table, state):
+                    side = self.deleted_keys_id(batch.table)
+                    self.spark.sql(f"ALTER TABLE {side} ALTER COLUMN {quote(col.name)} TYPE {target}")
         return tid
 
     def _create(self, tid: str, namespace: str, columns: tuple[SinkColumn, ...], key: tuple[str, ...]) -> None:
@@ -291,14 +313,23 @@ class IcebergTables:
     def applied_offsets(self, table: tuple[str, str]) -> dict[str, int]:
         """The ``topic:partition -> next offset`` recorded with the table's newest cdcnorm commit."""
         tid = self.table_id(table)
-        if self._load_state(tid) is None:
+        state = self._load_state(tid)
+        if state is None:
             return {}
+        return self._read_summary(tid, state)
+
+    def _read_summary(self, tid: str, state: _TableState) -> dict[str, int]:
+        """The offsets of the table's newest cdcnorm commit; its remembered truncate into ``state``."""
         rows = self.spark.sql(
-            f"SELECT summary['{OFFSETS_PROPERTY}'] AS o FROM {tid}.snapshots "
+            f"SELECT summary['{OFFSETS_PROPERTY}'] AS o, summary['{TRUNCATED_PROPERTY}'] AS tr FROM {tid}.snapshots "
             f"WHERE summary['{OFFSETS_PROPERTY}'] IS NOT NULL ORDER BY committed_at DESC LIMIT 1"
         ).collect()
+        state.summary_loaded = True
         if not rows:
             return {}
+        if rows[0]["tr"]:
+            truncated = orjson.loads(rows[0]["tr"])
+            state.truncated = (truncated["seq"], int(truncated["at"]))
         offsets: dict[str, int] = orjson.loads(rows[0]["o"])
         return offsets
 
@@ -341,6 +372,15 @@ class IcebergTables:
         state = self._state[tid]
         counts = {"upserts": 0, "deletes": 0, "appends": 0, "truncates": 0, "unkeyed": 0}
         props = {OFFSETS_PROPERTY: orjson.dumps(offsets, option=orjson.OPT_SORT_KEYS).decode()}
+        truncated = self._truncate_watermark(tid, state, batch)
+        if truncated is not None:
+            props[TRUNCATED_PROPERTY] = orjson.dumps({"seq": truncated[0], "at": truncated[1]}).decode()
+            batch = _after_truncate(batch, truncated[0])
+        # the batch's deletes are remembered first, in their own commit: a crash before the
+        # table's commit leaves markers that only say what is true (the key was deleted at that
+        # sequence); the batch is read again and applied as before
+        self._remember_deletes(batch.table, state, batch.changes)
+        deleted_keys = self.deleted_keys_id(batch.table) if self._consults_deleted_keys(batch.table, state) else None
 
         def work() -> None:
             crash_point("mid-merge")
@@ -348,7 +388,7 @@ class IcebergTables:
                 self.spark.sql(f"DELETE FROM {tid}")
                 counts["truncates"] = 1
             if batch.changes:
-                self._merge(tid, state, batch.changes, counts)
+                self._merge(tid, state, batch.changes, counts, deleted_keys=deleted_keys)
             if batch.appends and state.key:
                 # a change whose key is unknown (e.g. a delete whose key column was absent)
                 # cannot be applied to a keyed table; it is counted and logged, not guessed
@@ -361,7 +401,23 @@ class IcebergTables:
                 return
         self._with_commit_properties(props, work)
         state.commits += 1
+        state.truncated = truncated
         return counts
+
+    def _truncate_watermark(self, tid: str, state: _TableState, batch: TableBatch) -> tuple[str, int] | None:
+        """The truncate to remember with this batch's commit: the batch's own, else the table's
+        last one while it is within ``deleted_keys_retention_seconds``."""
+        retention_ms = self.config.deleted_keys_retention_seconds * 1000
+        if retention_ms <= 0:
+            return None
+        if not state.summary_loaded:
+            self._read_summary(tid, state)
+        now = int(time.time() * 1000)
+        if batch.truncate_seq is not None and (state.truncated is None or batch.truncate_seq >= state.truncated[0]):
+            return batch.truncate_seq, now
+        if state.truncated is not None and now - state.truncated[1] <= retention_ms:
+            return state.truncated
+        return None
 
     def _frame(self, state: _TableState, changes: list[SinkChange], with_unavailable: bool) -> Any:
         names = list(state.columns)
@@ -399,7 +455,16 @@ class IcebergTables:
             rows.append(values)
         return self.spark.createDataFrame(rows, schema=schema, verifySchema=False)
 
-    def _merge(self, tid: str, state: _TableState, changes: list[SinkChange], counts: dict[str, int]) -> None:
+    def _merge(
+        self,
+        tid: str,
+        state: _TableState,
+        changes: list[SinkChange],
+        counts: dict[str, int],
+        deleted_keys: str | None = None,
+    ) -> None:
+        """MERGE the batch's changes; with ``deleted_keys`` (the side table), a change that is not
+        a delete and is not newer than a remembered delete of its key is left out of the source."""
         key = state.key or changes[-1].key_columns
         # the columns some change of the batch did not carry (partial images): an update keeps
         # their stored value where its change lacks them. Usually none: then every column is a
@@ -409,6 +474,11 @@ class IcebergTables:
         frame = self._frame(state, changes, with_unavailable=bool(partial))
         view = f"cdcnorm_src_{abs(hash(tid)) % 10**8}"
         frame.createOrReplaceTempView(view)
+        views = [view]
+        if deleted_keys is not None and any(c.op != Operation.DELETE for c in changes):
+            raw, view = view, f"{view}_live"
+            self.spark.sql(_not_deleted_sql(raw, deleted_keys, key)).createOrReplaceTempView(view)
+            views.append(view)
         on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
         newer = f"(t.{quote(SEQ_COLUMN)} IS NULL OR s.{quote(SEQ_COLUMN)} > t.{quote(SEQ_COLUMN)})"
         not_older = f"(t.{quote(SEQ_COLUMN)} IS NULL OR s.{quote(SEQ_COLUMN)} >= t.{quote(SEQ_COLUMN)})"
@@ -432,7 +502,8 @@ class IcebergTables:
             f"WHEN NOT MATCHED AND s.{quote(OP_COLUMN)} <> {_DELETE} THEN INSERT ({', '.join(quote(c) for c in insert_cols)}) "
             f"VALUES ({', '.join('s.' + quote(c) for c in insert_cols)})"
         )
-        self.spark.catalog.dropTempView(view)
+        for name in views:
+            self.spark.catalog.dropTempView(name)
         counts["deletes"] = sum(1 for c in changes if c.op == Operation.DELETE)
         counts["upserts"] = len(changes) - counts["deletes"]
 
@@ -440,6 +511,77 @@ class IcebergTables:
         frame = self._frame(state, changes, with_unavailable=False)
         cols = [*state.columns, SEQ_COLUMN, TS_COLUMN, OP_COLUMN]
         frame.select(*[quote(c) for c in cols]).writeTo(tid).append()
+
+    # -- deleted keys -------------------------------------------------------------------
+
+    def _has_deleted_keys(self, table: tuple[str, str], state: _TableState) -> bool:
+        if state.deleted_keys is None:
+            state.deleted_keys = bool(state.key) and self._exists(self.deleted_keys_id(table))
+        return state.deleted_keys
+
+    def _consults_deleted_keys(self, table: tuple[str, str], state: _TableState) -> bool:
+        return self.config.deleted_keys_retention_seconds > 0 and bool(state.key) and self._has_deleted_keys(table, state)
+
+    def _remember_deletes(self, table: tuple[str, str], state: _TableState, changes: list[SinkChange]) -> None:
+        """Append the key and sequence of every delete of the batch to the table's side table
+        (created on the first delete): an append, no row-level delete, one small commit."""
+        if self.config.deleted_keys_retention_seconds <= 0 or not state.key:
+            return
+        deletes = [c for c in changes if c.op == Operation.DELETE and c.key is not None]
+        if not deletes:
+            return
+        side = self.deleted_keys_id(table)
+        if not self._has_deleted_keys(table, state):
+            self._create_deleted_keys(table, side, state)
+            state.deleted_keys = True
+        key_state = _TableState({k: state.columns[k] for k in state.key}, state.key)
+        rows = [replace(c, row=dict(zip(c.key_columns, c.key or (), strict=False)), unavailable=frozenset()) for c in deletes]
+        frame = self._frame(key_state, rows, with_unavailable=False)
+        frame.selectExpr(
+            *(quote(k) for k in state.key), quote(SEQ_COLUMN), f"current_timestamp() AS {quote(DELETED_AT_COLUMN)}"
+        ).writeTo(side).append()
+
+    def _create_deleted_keys(self, table: tuple[str, str], side: str, state: _TableState) -> None:
+        defs = [f"{quote(k)} {state.columns[k]}" for k in state.key]  # nullable: appended from a frame
+        defs += [f"{quote(SEQ_COLUMN)} string", f"{quote(DELETED_AT_COLUMN)} timestamp"]
+        props = {
+            "format-version": "2",
+            **dict.fromkeys(_DISTRIBUTION_PROPERTIES, "none"),
+            **self.config.table_properties,
+            # appended to by every batch with deletes, read by every MERGE that may insert, and
+            # deleted from only when markers expire (maintenance): copy-on-write keeps the reads
+            # free of delete files (old files usually expire whole, a metadata-only delete)
+            "write.delete.mode": "copy-on-write",
+            "write.update.mode": "copy-on-write",
+            "write.merge.mode": "copy-on-write",
+            KEY_PROPERTY: ",".join(state.key),
+            DELETED_KEYS_OF_PROPERTY: ".".join(table),
+        }
+        props_sql = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
+        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {side} ({', '.join(defs)}) USING iceberg TBLPROPERTIES ({props_sql})")
+        log.info("created table %s: the deleted keys of %s", side, ".".join(table))
+
+    def expire_deleted_keys(self, table: tuple[str, str]) -> None:
+        """Forget the deletes recorded more than ``deleted_keys_retention_seconds`` ago, then
+        compact the side table and expire its snapshots (maintenance)."""
+        tid = self.table_id(table)
+        state = self._load_state(tid)
+        if state is None or not self._has_deleted_keys(table, state):
+            return
+        m = self.config.maintenance
+        side = self.deleted_keys_id(table)
+        cutoff = _older_than(self.config.deleted_keys_retention_seconds)
+        self.spark.sql(f"DELETE FROM {side} WHERE {quote(DELETED_AT_COLUMN)} < TIMESTAMP '{cutoff}'")
+        cat = quote(self.config.catalog.name)
+        ident = f"{quote(self.config.namespace or table[0])}.{quote(table[1] + DELETED_KEYS_SUFFIX)}"
+        self.spark.sql(
+            f"CALL {cat}.system.rewrite_data_files(table => '{ident}', "
+            f"options => map('min-input-files', '{m.min_input_files}'))"
+        ).collect()
+        self.spark.sql(
+            f"CALL {cat}.system.expire_snapshots(table => '{ident}', "
+            f"older_than => TIMESTAMP '{_older_than(m.expire_older_than_seconds)}', retain_last => {m.retain_last})"
+        ).collect()
 
     # -- maintenance --------------------------------------------------------------------
 
@@ -470,6 +612,7 @@ class IcebergTables:
             f"CALL {cat}.system.expire_snapshots(table => '{ident}', "
             f"older_than => TIMESTAMP '{_older_than(m.expire_older_than_seconds)}', retain_last => {m.retain_last})"
         ).collect()
+        self.expire_deleted_keys(table)
         log.info("maintenance done on %s", tid)
 
 
@@ -543,6 +686,55 @@ def _json_documents(
     if chunk:
         docs.append((b"[" + b",".join(chunk) + b"]").decode())
     return docs
+
+
+def _orders_globally(seq: str) -> bool:
+    """Whether a sequence orders against every change of its table: a source sequence does,
+    a partition/offset position (``k...``, from :func:`sink.changes.ordering`) only within its
+    partition."""
+    return seq.startswith("s")
+
+
+def _after_truncate(batch: TableBatch, truncate_seq: str) -> TableBatch:
+    """``batch`` without the changes older than a truncate that an earlier batch (or this one)
+    applied: a change of another partition may arrive a batch after the truncate, and would
+    otherwise bring back a row the truncate removed. Deletes stay (harmless). Only changes
+    whose sequence, like the truncate's, is a source sequence are compared."""
+    if not _orders_globally(truncate_seq):
+        return batch
+
+    def kept(c: SinkChange) -> bool:
+        return c.op == Operation.DELETE or not _orders_globally(c.seq) or c.seq > truncate_seq
+
+    changes = [c for c in batch.changes if kept(c)]
+    appends = [c for c in batch.appends if kept(c)]
+    if len(changes) == len(batch.changes) and len(appends) == len(batch.appends):
+        return batch
+    log.info(
+        "table %s: %d changes older than its last truncate left out",
+        ".".join(batch.table),
+        len(batch.changes) - len(changes) + len(batch.appends) - len(appends),
+    )
+    return replace(batch, changes=changes, appends=appends)
+
+
+def _not_deleted_sql(source: str, deleted_keys: str, key: tuple[str, ...]) -> str:
+    """The rows of ``source`` without the changes that a remembered delete supersedes: a change
+    that is not a delete, of a key deleted at a sequence at least its own. The side table is
+    first cut down to the batch's keys (a semi join that broadcasts them), so its scan is not
+    shuffled however many keys it remembers."""
+    keys = ", ".join(quote(k) for k in key)
+    m_keys = ", ".join(f"m.{quote(k)}" for k in key)
+    on_batch = " AND ".join(f"m.{quote(k)} = b.{quote(k)}" for k in key)
+    on_source = " AND ".join(f"s.{quote(k)} = d.{quote(k)}" for k in key)
+    op, seq = quote(OP_COLUMN), quote(SEQ_COLUMN)
+    return (
+        f"WITH b AS (SELECT DISTINCT {keys} FROM {source} WHERE {op} <> {_DELETE}), "
+        f"d AS (SELECT /*+ BROADCAST(b) */ {m_keys}, max(m.{seq}) AS {quote(DELETED_SEQ)} "
+        f"FROM {deleted_keys} m LEFT SEMI JOIN b ON {on_batch} GROUP BY {m_keys}) "
+        f"SELECT s.* FROM {source} s LEFT ANTI JOIN d ON {on_source} "
+        f"AND s.{op} <> {_DELETE} AND d.{quote(DELETED_SEQ)} >= s.{seq}"
+    )
 
 
 def _older_than(seconds: int) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from sink.config import SinkConfig
-from sink.iceberg import SEQ_COLUMN, TS_COLUMN, build_spark, quote
+from sink.iceberg import DELETED_KEYS_SUFFIX, SEQ_COLUMN, TS_COLUMN, build_spark, quote
 
 __all__ = ["list_tables", "read_tables"]
 
@@ -31,8 +31,9 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def list_tables(spark: Any, config: SinkConfig) -> list[str]:
-    """``namespace.table`` of every table in the sink's catalog."""
+def list_tables(spark: Any, config: SinkConfig, deleted_keys: bool = False) -> list[str]:
+    """``namespace.table`` of every table in the sink's catalog; with ``deleted_keys``, the side
+    tables of deleted keys (``<table>__cdc_deleted_keys``) too."""
     cat = quote(config.catalog.name)
     out: list[str] = []
     for ns in spark.sql(f"SHOW NAMESPACES IN {cat}").collect():
@@ -44,7 +45,11 @@ def list_tables(spark: Any, config: SinkConfig) -> list[str]:
         except Exception as exc:  # a namespace the catalog lists but cannot open
             print(f"cannot list namespace {namespace!r}: {str(exc).splitlines()[0][:200]}", file=sys.stderr)
             continue
-        out.extend(f"{namespace}.{t['tableName']}" for t in listed)
+        out.extend(
+            f"{namespace}.{t['tableName']}"
+            for t in listed
+            if deleted_keys or not t["tableName"].endswith(DELETED_KEYS_SUFFIX)
+        )
     return sorted(out)
 
 

@@ -68,3 +68,35 @@ def test_partial_images_keep_only_their_missing_columns(monkeypatch: pytest.Monk
         "THEN t.`customer` ELSE s.`customer` END"
     ) in statement
     assert "t.`amount` = s.`amount`" in statement and "t.`id` = s.`id`" in statement
+
+
+def _merge_with_deleted_keys(changes: list[SinkChange], monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    spark = FakeSpark()
+    spark.sql = lambda statement: spark.statements.append(statement) or FakeFrame()  # type: ignore[method-assign]
+    tables = ice.IcebergTables(spark, SinkConfig.from_section({"topics": ["t"]}))  # type: ignore[arg-type]
+    monkeypatch.setattr(tables, "_frame", lambda *_, **__: FakeFrame())
+    tables._merge("`lake`.`db`.`t`", ice._TableState(dict(COLUMNS), ("id",)), changes, {},
+                  deleted_keys="`lake`.`db`.`t__cdc_deleted_keys`")
+    return spark.statements
+
+
+def test_remembered_deletes_filter_the_merge_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change that is not a delete and not newer than a remembered delete of its key leaves the
+    source before the MERGE; the side table is cut down to the batch's keys first."""
+    live, merge = _merge_with_deleted_keys([_change(1), _change(2, "d")], monkeypatch)
+    assert "`lake`.`db`.`t__cdc_deleted_keys` m LEFT SEMI JOIN b ON m.`id` = b.`id`" in live
+    assert "/*+ BROADCAST(b) */" in live
+    assert ("LEFT ANTI JOIN d ON s.`id` = d.`id` AND s.`__cdc_op` <> 'd' "
+            "AND d.`__cdc_deleted_seq` >= s.`__cdc_seq`") in live
+    view = live.split(" FROM ", 1)[1].split()[0]
+    assert f"USING {view}_live s" in merge
+
+
+def test_a_batch_of_deletes_only_needs_no_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
+    (merge,) = _merge_with_deleted_keys([_change(1, "d"), _change(2, "d")], monkeypatch)
+    assert merge.startswith("MERGE INTO") and "_live" not in merge
+
+
+def test_the_deleted_keys_side_table_is_named_after_its_table() -> None:
+    tables = ice.IcebergTables(FakeSpark(), SinkConfig.from_section({"topics": ["t"]}))  # type: ignore[arg-type]
+    assert tables.deleted_keys_id(("shop", "orders")) == "`lake`.`shop`.`orders__cdc_deleted_keys`"

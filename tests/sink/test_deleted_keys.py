@@ -1,0 +1,205 @@
+"""Deleted keys are remembered: a stale change of a row that an earlier micro-batch deleted does
+not re-create it, a newer one does; maintenance forgets them after the retention. The same for
+a truncate and a change older than it that arrives a batch later.
+
+The micro-batch loop runs in this process on one local Spark session, fed batch by batch from
+scripted records (``tests.sink.history.resurrection_history``) through a stand-in consumer, so
+the batch boundaries are exactly the history's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sink.iceberg as ice
+from sink.config import SinkConfig
+from sink.runner import MicroBatchSink
+from tests.sink.history import History, resurrection_history, truncate_history
+from transforms.envelope import EmitOptions, emit
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+TOPIC = "cdcnorm.shop.orders"
+
+
+@dataclass
+class Record:
+    topic_: str
+    partition_: int
+    offset_: int
+    key_: bytes | None
+    value_: bytes | None
+
+    def topic(self) -> str:
+        return self.topic_
+
+    def partition(self) -> int:
+        return self.partition_
+
+    def offset(self) -> int:
+        return self.offset_
+
+    def key(self) -> bytes | None:
+        return self.key_
+
+    def value(self) -> bytes | None:
+        return self.value_
+
+    def error(self) -> None:
+        return None
+
+
+class BatchConsumer:
+    """Hands out one scripted batch per poll window (then nothing), one partition per topic;
+    remembers the committed offsets."""
+
+    def __init__(self) -> None:
+        self.pending: list[Record] = []
+        self.commits: dict[tuple[str, int], int] = {}
+        self.ends: dict[tuple[str, int], int] = {}
+
+    def feed(self, history: History, batch: int) -> None:
+        for rec in emit(history.batches[batch], EmitOptions(prefix="cdcnorm")):
+            offset = self.ends.get((rec.topic, 0), 0)
+            self.pending.append(Record(rec.topic, 0, offset, rec.key_bytes(), rec.value_bytes()))
+            self.ends[(rec.topic, 0)] = offset + 1
+
+    def consume(self, num_messages: int, timeout: float) -> list[Record]:
+        out, self.pending = self.pending[:num_messages], self.pending[num_messages:]
+        return out
+
+    def commit(self, offsets: list[Any], asynchronous: bool = False) -> None:
+        for tp in offsets:
+            self.commits[(tp.topic, tp.partition)] = tp.offset
+
+    def assignment(self) -> list[Any]:
+        from confluent_kafka import TopicPartition
+
+        return [TopicPartition(t, p) for t, p in self.ends]
+
+    def position(self, partitions: list[Any]) -> list[Any]:
+        from confluent_kafka import TopicPartition
+
+        return [TopicPartition(p.topic, p.partition, self.commits.get((p.topic, p.partition), -1001)) for p in partitions]
+
+    def committed(self, partitions: list[Any], timeout: float | None = None) -> list[Any]:
+        return self.position(partitions)
+
+    def get_watermark_offsets(self, partition: Any, timeout: float | None = None, cached: bool = False) -> tuple[int, int]:
+        return 0, self.ends.get((partition.topic, partition.partition), 0)
+
+    def pause(self, partitions: list[Any]) -> None:
+        pass
+
+
+def _config(warehouse: Path, **sink: Any) -> SinkConfig:
+    return SinkConfig.from_section({
+        "topics": [TOPIC],
+        "trigger_interval_seconds": 0.2,
+        "poll_timeout_seconds": 0.1,
+        "catalog": {"name": "dk", "warehouse": str(warehouse)},
+        "maintenance": {"enabled": False},
+        **sink,
+    })
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    session = ice.build_spark(_config(tmp_path_factory.mktemp("warehouse")))
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def _sink(spark: Any, config: SinkConfig) -> tuple[MicroBatchSink, BatchConsumer]:
+    sink = MicroBatchSink(config, "unused:9092", report=lambda r: print(r.line()))
+    sink.spark = spark
+    sink.tables = ice.IcebergTables(spark, config)
+    consumer = BatchConsumer()
+    sink.consumer = consumer
+    return sink, consumer
+
+
+def _orders(spark: Any, tid: str) -> dict[int, str]:
+    return {r["id"]: r["customer"] for r in spark.table(tid).collect()}
+
+
+def _want(state: dict[tuple[Any, ...], dict[str, Any]]) -> dict[int, str]:
+    return {k[0]: row["customer"] for k, row in state.items()}
+
+
+def test_a_stale_change_of_a_deleted_row_does_not_bring_it_back(spark: Any, tmp_path: Path) -> None:
+    history = resurrection_history()
+    config = _config(tmp_path, namespace="remembered")
+    sink, consumer = _sink(spark, config)
+    assert sink.tables is not None
+    tid = sink.tables.table_id(("shop", "orders"))
+    seen = []
+    for i, want in enumerate(history.states):
+        consumer.feed(history, i)
+        report = sink.run_batch()
+        assert report.rows_read > 0
+        seen.append(_orders(spark, tid))
+        assert seen[-1] == _want(want["orders"]), f"after batch {i + 1}: {seen}"
+    print(f"orders after each batch: {seen}")
+    # the delete (seq 7) of id 1 is remembered
+    side = spark.table(sink.tables.deleted_keys_id(("shop", "orders"))).collect()
+    assert [(r["id"], r["__cdc_seq"]) for r in side] == [(1, "s000000000007")]
+    assert side[0]["__cdc_deleted_at"] is not None
+    # the side table is not one of the sink's tables
+    from sink.inspect import list_tables
+
+    assert "remembered.orders" in list_tables(spark, config)
+    assert "remembered.orders__cdc_deleted_keys" not in list_tables(spark, config)
+    assert "remembered.orders__cdc_deleted_keys" in list_tables(spark, config, deleted_keys=True)
+
+
+def test_without_the_memory_the_stale_change_resurrects_the_row(spark: Any, tmp_path: Path) -> None:
+    """The control: with deleted_keys_retention_seconds 0 the replay of batch 2 brings id 1 back
+    (the behaviour before deleted keys were remembered), so the test above tests something."""
+    history = resurrection_history()
+    sink, consumer = _sink(spark, _config(tmp_path, namespace="forgetful", deleted_keys_retention_seconds=0))
+    assert sink.tables is not None
+    for i in range(2):
+        consumer.feed(history, i)
+        sink.run_batch()
+    assert _orders(spark, sink.tables.table_id(("shop", "orders"))) == {1: "updated", 2: "other"}
+    assert not sink.tables._exists(sink.tables.deleted_keys_id(("shop", "orders")))
+
+
+def test_maintenance_forgets_deleted_keys_after_the_retention(spark: Any, tmp_path: Path) -> None:
+    history = resurrection_history()
+    config = _config(tmp_path, namespace="expiring", deleted_keys_retention_seconds=3600)
+    sink, consumer = _sink(spark, config)
+    assert sink.tables is not None
+    consumer.feed(history, 0)
+    sink.run_batch()
+    side = sink.tables.deleted_keys_id(("shop", "orders"))
+    sink.tables.maintain(("shop", "orders"))  # within the retention: kept
+    assert spark.table(side).count() == 1
+    time.sleep(1.1)
+    short = ice.IcebergTables(spark, config.model_copy(update={"deleted_keys_retention_seconds": 1}))
+    short.maintain(("shop", "orders"))
+    assert spark.table(side).count() == 0
+
+
+def test_a_change_older_than_an_applied_truncate_does_not_bring_its_row_back(spark: Any, tmp_path: Path) -> None:
+    history = truncate_history()
+    sink, consumer = _sink(spark, _config(tmp_path, namespace="truncated"))
+    assert sink.tables is not None
+    tid = sink.tables.table_id(("shop", "users"))
+    for i, want in enumerate(history.states):
+        consumer.feed(history, i)
+        sink.run_batch()
+        if i == 0:  # a new process (a restart) reads the remembered truncate back from the table
+            sink.tables = ice.IcebergTables(spark, sink.config)
+            sink._applied.clear()
+        got = {(r["tenant"], r["uid"]): r["name"] for r in spark.table(tid).collect()}
+        assert got == {k: v["name"] for k, v in want["users"].items()}, f"after batch {i + 1}"
