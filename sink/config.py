@@ -82,6 +82,14 @@ class SinkConfig(_Strict):
         ),
     )
     metrics_port: int | None = Field(None, ge=0, le=65535)
+    liveness_stall_seconds: float = Field(
+        600.0,
+        gt=0,
+        description=(
+            "/healthz fails when the sink has had records to read (or a micro-batch in flight) for this "
+            "long without committing one. A sink idle because nothing arrives stays alive."
+        ),
+    )
     schema_registry: SchemaRegistrySettings | None = Field(None, description="Where Avro records' schemas are (sink.changes.RecordParser).")
 
     @model_validator(mode="after")

@@ -80,11 +80,11 @@ def run_sink(config_path: str | Path, once: bool = False, max_batches: int | Non
     from sink.runner import MicroBatchSink, serve_metrics
 
     sink_config, kafka = load_sink_config(config_path)
-    if sink_config.metrics_port is not None:
-        serve_metrics(sink_config.metrics_port)
     bootstrap = kafka.pop("bootstrap.servers")
     kafka.pop("client.id", None)
     runner = MicroBatchSink(sink_config, bootstrap, consumer_conf=kafka, report=lambda r: print(r.line(), flush=True))
+    if sink_config.metrics_port is not None:
+        serve_metrics(sink_config.metrics_port, runner.health)
     try:
         summary = runner.run(once=once, max_batches=max_batches)
     finally:

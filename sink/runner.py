@@ -10,6 +10,9 @@ Per micro-batch:
 3. compact per table and key, then MERGE each table in one commit tagged with its offsets;
 4. commit the Kafka offsets, only after every table's Iceberg commit;
 5. print one progress line and update the metrics; run maintenance on its cadence.
+
+The loop keeps :class:`sink.health.SinkHealth` up to date (a batch in flight, each commit, the lag
+after each poll window), which ``/healthz`` and ``cdcnorm_sink_seconds_since_progress`` read.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from sink.changes import ChangeParseError, RecordParser, SinkChange, compact
 from sink.config import SinkConfig
 from sink.faults import crash_point
+from sink.health import SinkHealth
 from sink.iceberg import IcebergTables, IncompatibleSchemaError, build_spark
 
 __all__ = ["BatchReport", "MicroBatchSink", "RunSummary", "serve_metrics"]
@@ -40,11 +44,31 @@ BAD_RECORDS = Counter("cdcnorm_sink_bad_records_total", "Records that are not ca
 COMMIT_SECONDS = Histogram("cdcnorm_sink_commit_seconds", "Iceberg commit time per micro-batch")
 FRESHNESS = Gauge("cdcnorm_sink_freshness_seconds", "Now minus the newest source ts_ms applied")
 PAUSED = Gauge("cdcnorm_sink_paused_tables", "Tables paused on an incompatible schema change")
+LAG = Gauge(
+    "cdcnorm_sink_lag",
+    "Records on a partition the sink has not read yet: high watermark minus consumer position, after each "
+    "poll window. Best effort: the client's cached high watermark, and only as right as the broker's "
+    "(the local Tansu broker's watermarks are wrong and under-report)",
+    ["topic", "partition"],
+)
+LAST_COMMIT = Gauge(
+    "cdcnorm_sink_last_commit_timestamp_seconds",
+    "Unix time of the last micro-batch whose Iceberg commits and Kafka offset commit succeeded",
+)
+SINCE_PROGRESS = Gauge(
+    "cdcnorm_sink_seconds_since_progress",
+    "Seconds the sink has had records to read or a micro-batch in flight without committing one "
+    "(0 while it has nothing to read); /healthz fails above sink.liveness_stall_seconds",
+)
+
+
+TOUCHED_SHOWN = 8  # table names on a progress line; the rest as "+N"
 
 
 @dataclass
 class BatchReport:
-    """What one micro-batch did."""
+    """What one micro-batch did: the counts, and how long it took from the end of its poll
+    window to its Kafka commit (``seconds``), and the lag left after it (``lag``)."""
 
     rows_read: int = 0
     changes: int = 0
@@ -56,15 +80,26 @@ class BatchReport:
     commit_seconds: float = 0.0
     newest_ts_ms: int | None = None
     skipped_applied: int = 0
+    seconds: float = 0.0
+    lag: int | None = None
+
+    @property
+    def rows_per_second(self) -> float:
+        """Records read per second of processing (parse, MERGE and commits; not the poll wait)."""
+        return self.rows_read / self.seconds if self.seconds > 0 else 0.0
 
     def line(self) -> str:
         fresh = "-"
         if self.newest_ts_ms:
             fresh = f"{max(0.0, time.time() - self.newest_ts_ms / 1000):.1f}s"
+        touched = ",".join(self.tables[:TOUCHED_SHOWN]) or "-"
+        if len(self.tables) > TOUCHED_SHOWN:
+            touched += f",+{len(self.tables) - TOUCHED_SHOWN}"
         return (
             f"batch: read={self.rows_read} changes={self.changes} upserts={self.upserts} deletes={self.deletes} "
             f"appends={self.appends} truncates={self.truncates} tables={len(self.tables)} "
-            f"commit={self.commit_seconds:.2f}s freshness={fresh}"
+            f"commit={self.commit_seconds:.2f}s freshness={fresh} rows/s={self.rows_per_second:.0f} "
+            f"lag={'-' if self.lag is None else self.lag} touched={touched}"
             + (f" skipped(already applied)={self.skipped_applied}" if self.skipped_applied else "")
         )
 
@@ -87,11 +122,12 @@ class RunSummary:
         self.recent.append(report)
 
 
-def serve_metrics(port: int) -> None:
-    """Expose the sink's Prometheus metrics on ``/metrics``."""
-    from prometheus_client import start_http_server
+def serve_metrics(port: int, health: SinkHealth) -> Any:
+    """Serve the sink's Prometheus metrics on ``/metrics``, and ``/healthz`` and ``/readyz`` from
+    ``health`` (:func:`sink.health.serve`); returns the server."""
+    from sink.health import serve
 
-    start_http_server(port, addr="0.0.0.0")
+    return serve(port, health)
 
 
 def _tp(topic: str, partition: int) -> str:
@@ -121,6 +157,10 @@ class MicroBatchSink:
         self.consumer: Any = None
         self._window_end: float | None = None  # when the current poll window ends (monotonic)
         self.parser = RecordParser.from_settings(config.schema_registry)  # JSON with/without schemas, Avro
+        self.health = SinkHealth(config.liveness_stall_seconds)
+        SINCE_PROGRESS.set_function(self.health.seconds_since_progress)
+        self._start_positions: dict[tuple[str, int], int | None] = {}  # where unread partitions start
+        self._lag_labels: set[tuple[str, int]] = set()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -147,6 +187,7 @@ class MicroBatchSink:
 
     def stop(self) -> None:
         self._stop = True
+        self.health.stopping = True
 
     def close(self) -> None:
         if self.consumer is not None:
@@ -157,6 +198,7 @@ class MicroBatchSink:
         """Run micro-batches until stopped; ``once`` stops at the first empty batch."""
         if self.consumer is None:
             self.start()
+        self.health.started = True
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         for s in previous:
             signal.signal(s, lambda *_: self.stop())
@@ -253,7 +295,10 @@ class MicroBatchSink:
         msgs = self._poll()
         report = BatchReport(rows_read=len(msgs))
         if not msgs:
+            self.health.observe_lag(self._measure_lag())
             return report
+        polled = time.monotonic()
+        self.health.batch_started(len(msgs))
         ROWS_READ.inc(len(msgs))
         next_offsets: dict[tuple[str, int], int] = {}
         first_paused: dict[tuple[str, int], int] = {}
@@ -311,8 +356,74 @@ class MicroBatchSink:
         if report.newest_ts_ms:
             FRESHNESS.set(max(0.0, time.time() - report.newest_ts_ms / 1000))
         self._commit(next_offsets, first_paused)
+        self.health.committed()
+        LAST_COMMIT.set(time.time())
         crash_point("after-kafka-commit")
+        report.seconds = time.monotonic() - polled
+        report.lag = self._measure_lag()
+        self.health.observe_lag(report.lag)
         return report
+
+    # -- lag ----------------------------------------------------------------------------------
+
+    def _measure_lag(self) -> int | None:
+        """Per assigned partition, the high watermark (as the client last saw it: no request)
+        minus the consumer's position, into ``cdcnorm_sink_lag``; returns the sum over the
+        partitions that are not paused, or ``None`` when no partition's lag is known.
+
+        A partition the sink has not read from in this process has no position yet: its
+        committed offset (else its low watermark) stands in, asked once per assignment.
+        Best effort: a broker with wrong high watermarks (Tansu) makes this wrong; it decides
+        nothing but the metric and the liveness probe.
+        """
+        from confluent_kafka import KafkaException, TopicPartition
+
+        try:
+            assigned = [(tp.topic, tp.partition) for tp in self.consumer.assignment()]
+            positions = {
+                (tp.topic, tp.partition): tp.offset
+                for tp in self.consumer.position([TopicPartition(t, p) for t, p in assigned])
+            }
+        except KafkaException as exc:
+            log.debug("lag unknown: %s", exc)
+            return None
+        total: int | None = None
+        for tp in assigned:
+            position = positions.get(tp, -1)
+            if position < 0:
+                position = self._start_position(tp)
+            try:
+                _, high = self.consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
+            except KafkaException:
+                high = -1
+            if position is None or position < 0 or high < 0:
+                continue
+            lag = max(0, high - position)
+            LAG.labels(tp[0], str(tp[1])).set(lag)
+            self._lag_labels.add(tp)
+            if tp not in self._paused_tps:
+                total = (total or 0) + lag
+        for gone in self._lag_labels - set(assigned):
+            LAG.remove(gone[0], str(gone[1]))
+            self._lag_labels.discard(gone)
+        self._start_positions = {tp: v for tp, v in self._start_positions.items() if tp in assigned}
+        return total
+
+    def _start_position(self, tp: tuple[str, int]) -> int | None:
+        if tp in self._start_positions:
+            return self._start_positions[tp]
+        from confluent_kafka import KafkaException, TopicPartition
+
+        start: int | None = None
+        try:
+            (committed,) = self.consumer.committed([TopicPartition(*tp)], timeout=2.0)
+            start = committed.offset if committed.offset >= 0 else None
+            if start is None:
+                start, _ = self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=2.0)
+        except KafkaException as exc:
+            log.debug("no start position for %s[%d]: %s", tp[0], tp[1], exc)
+        self._start_positions[tp] = start
+        return start
 
     def _pause(
         self,

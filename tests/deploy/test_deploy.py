@@ -672,6 +672,27 @@ def test_sparkapplication_runs_the_sink_with_iceberg() -> None:
     assert not service["spec"]["selector"].items() <= spec["executor"]["labels"].items()
 
 
+def test_sink_probes_use_its_health_endpoints() -> None:
+    """The sink Deployment's probes ask the sink's own health pages on its metrics port (not
+    /metrics, which answers however hung the sink is), at the port its config serves them on."""
+    health_source = (ROOT / "sink" / "health.py").read_text(encoding="utf-8")
+    pages = set(re.findall(r"""["'](/[a-z]+)["']""", health_source))
+    assert {"/healthz", "/readyz", "/metrics"} <= pages, f"sink/health.py serves {sorted(pages)}"
+    config = effective_config("overlays/local", "Deployment/cdcnorm-sink")
+    from sink.config import SinkConfig
+
+    sink_config = SinkConfig.model_validate(config.sink)
+    deployment = one(render("overlays/local"), "Deployment", "cdcnorm-sink")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["metrics"] == sink_config.metrics_port
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["startupProbe"]["httpGet"]["path"] == "/readyz"
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert container[probe]["httpGet"]["port"] in ("metrics", sink_config.metrics_port)
+
+
 def test_local_overlay_is_self_contained() -> None:
     docs = render("overlays/local")
     config = effective_config("overlays/local", "Deployment/cdcnorm-sink")

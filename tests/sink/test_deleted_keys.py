@@ -146,6 +146,9 @@ def test_a_stale_change_of_a_deleted_row_does_not_bring_it_back(spark: Any, tmp_
         consumer.feed(history, i)
         report = sink.run_batch()
         assert report.rows_read > 0
+        # the loop reports its progress: committed, nothing left to read
+        assert report.lag == 0 and sink.health.last_commit is not None and sink.health.liveness()[0]
+        assert "touched=shop.orders" in report.line()
         seen.append(_orders(spark, tid))
         assert seen[-1] == _want(want["orders"]), f"after batch {i + 1}: {seen}"
     print(f"orders after each batch: {seen}")

@@ -1,0 +1,217 @@
+"""The sink's liveness and readiness (sink.health), its HTTP endpoints on the metrics port, the
+per-partition lag and the progress line, without a broker or Spark."""
+
+from __future__ import annotations
+
+import re
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import orjson
+import pytest
+from confluent_kafka import TopicPartition
+from prometheus_client import REGISTRY
+
+from sink.config import SinkConfig
+from sink.health import SinkHealth, serve
+from sink.runner import BatchReport, MicroBatchSink
+
+STALL = 60.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def health(clock: Clock) -> SinkHealth:
+    return SinkHealth(STALL, clock=clock)
+
+
+def test_an_idle_sink_is_alive_however_long_nothing_arrives(health: SinkHealth, clock: Clock) -> None:
+    health.observe_lag(0)
+    clock.now += 10 * STALL
+    health.observe_lag(None)  # lag unknown (no partition assigned, no watermark yet)
+    clock.now += 10 * STALL
+    assert health.liveness()[0]
+    assert health.seconds_since_progress() == 0.0
+
+
+def test_a_batch_in_flight_for_longer_than_the_stall_fails_liveness(health: SinkHealth, clock: Clock) -> None:
+    clock.now += 10 * STALL  # idle before: the stall clock starts with the batch, not before
+    health.batch_started(500)
+    clock.now += STALL - 1
+    assert health.liveness()[0]
+    clock.now += 2
+    live, body = health.liveness()
+    assert not live
+    assert body["reason"] == "no progress for 61s with a micro-batch of 500 records in flight (sink.liveness_stall_seconds: 60)"
+    health.committed()
+    health.observe_lag(0)
+    assert health.liveness()[0] and health.last_commit is not None
+
+
+def test_lag_without_progress_fails_liveness_until_a_commit(health: SinkHealth, clock: Clock) -> None:
+    health.observe_lag(1200)  # records to read, and polls bring nothing
+    clock.now += STALL / 2
+    health.observe_lag(1300)
+    clock.now += STALL / 2 + 1
+    live, body = health.liveness()
+    assert not live and "lag 1300" in body["reason"]
+    assert health.seconds_since_progress() == pytest.approx(STALL + 1)
+    health.batch_started(100)  # reading again: still no commit, the clock keeps running
+    assert not health.liveness()[0]
+    health.committed()
+    health.observe_lag(1200)  # still behind, but progressing
+    assert health.liveness()[0]
+    clock.now += STALL + 1
+    assert not health.liveness()[0]
+
+
+def test_readiness_follows_start_and_stop(health: SinkHealth) -> None:
+    assert health.readiness()[1]["reason"].startswith("starting")
+    health.started = True
+    assert health.readiness()[0]
+    health.stopping = True
+    assert health.readiness() == (False, {"ready": False, "started": True, "stopping": True, "reason": "stopping"})
+
+
+@pytest.fixture
+def server(health: SinkHealth) -> Iterator[str]:
+    srv = serve(0, health, addr="127.0.0.1")
+    try:
+        yield f"http://127.0.0.1:{srv.server_address[1]}"
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def test_endpoints_on_the_metrics_port(server: str, health: SinkHealth, clock: Clock) -> None:
+    status, body = _get(server + "/readyz")
+    assert status == 503 and orjson.loads(body)["ready"] is False
+    health.started = True
+    assert _get(server + "/readyz")[0] == 200
+    status, body = _get(server + "/healthz")
+    assert status == 200 and orjson.loads(body)["live"] is True
+    health.batch_started(7)
+    clock.now += STALL + 5
+    status, body = _get(server + "/healthz")
+    assert status == 503
+    assert orjson.loads(body)["reason"].startswith("no progress for 65s with a micro-batch of 7 records in flight")
+    status, body = _get(server + "/metrics")
+    assert status == 200
+    text = body.decode()
+    assert "# HELP cdcnorm_sink_lag " in text and "Best effort" in text
+    assert "# TYPE cdcnorm_sink_last_commit_timestamp_seconds gauge" in text
+    assert "cdcnorm_sink_seconds_since_progress" in text
+    assert _get(server + "/nope")[0] == 404
+
+
+# ----------------------------------------------------------------------------- the loop's side
+
+
+@dataclass
+class Partition:
+    position: int  # -1001: none yet
+    high: int
+    committed: int = -1001
+    low: int = 0
+
+
+class LagConsumer:
+    def __init__(self, partitions: dict[tuple[str, int], Partition]) -> None:
+        self.partitions = partitions
+        self.committed_calls = 0
+
+    def assignment(self) -> list[TopicPartition]:
+        return [TopicPartition(t, p) for t, p in self.partitions]
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, self.partitions[(tp.topic, tp.partition)].position) for tp in tps]
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float | None = None, cached: bool = False) -> tuple[int, int]:
+        p = self.partitions[(tp.topic, tp.partition)]
+        return p.low, p.high
+
+    def committed(self, tps: list[TopicPartition], timeout: float | None = None) -> list[TopicPartition]:
+        self.committed_calls += 1
+        return [TopicPartition(tp.topic, tp.partition, self.partitions[(tp.topic, tp.partition)].committed) for tp in tps]
+
+
+def _lag_sink(partitions: dict[tuple[str, int], Partition]) -> tuple[MicroBatchSink, LagConsumer]:
+    sink = MicroBatchSink(SinkConfig.from_section({"topics": ["t"]}), "unused:9092")
+    consumer = LagConsumer(partitions)
+    sink.consumer = consumer
+    return sink, consumer
+
+
+def _gauge(topic: str, partition: int) -> float | None:
+    return REGISTRY.get_sample_value("cdcnorm_sink_lag", {"topic": topic, "partition": str(partition)})
+
+
+def test_lag_per_partition_and_in_total(monkeypatch: pytest.MonkeyPatch) -> None:
+    sink, consumer = _lag_sink({
+        ("lag.a", 0): Partition(position=90, high=100),
+        ("lag.a", 1): Partition(position=120, high=100),  # a broker under-reporting (Tansu): 0, not -20
+        ("lag.b", 0): Partition(position=-1001, high=50, committed=20),  # nothing read in this process
+        ("lag.b", 1): Partition(position=-1001, high=30),  # no committed offset: from the low watermark
+        ("lag.c", 0): Partition(position=5, high=500),  # a paused table's partition
+    })
+    sink._paused_tps.add(("lag.c", 0))
+    assert sink._measure_lag() == 10 + 0 + 30 + 30
+    assert [_gauge("lag.a", 0), _gauge("lag.a", 1), _gauge("lag.b", 0), _gauge("lag.b", 1), _gauge("lag.c", 0)] == [
+        10, 0, 30, 30, 495
+    ]
+    calls = consumer.committed_calls
+    sink._measure_lag()
+    assert consumer.committed_calls == calls, "start positions are asked once per assignment"
+    del consumer.partitions[("lag.a", 1)]  # revoked: its series goes
+    sink._measure_lag()
+    assert _gauge("lag.a", 1) is None
+
+
+def test_no_assignment_means_unknown_lag() -> None:
+    sink, _ = _lag_sink({})
+    assert sink._measure_lag() is None
+
+
+def test_the_progress_line_keeps_its_fields_and_adds_rate_lag_and_tables() -> None:
+    report = BatchReport(rows_read=1000, changes=900, upserts=800, deletes=100, seconds=2.0, lag=42,
+                         tables=[f"db.t{i}" for i in range(10)])
+    line = report.line()
+    assert re.match(r"batch: read=1000 changes=900 upserts=800 deletes=100 appends=0 truncates=0 tables=10 "
+                    r"commit=0\.00s freshness=- ", line), line
+    assert " rows/s=500 lag=42 touched=db.t0,db.t1,db.t2,db.t3,db.t4,db.t5,db.t6,db.t7,+2" in line
+    assert "lag=- touched=-" in BatchReport(rows_read=1).line()
+
+
+def test_the_runner_reports_progress_to_its_health() -> None:
+    sink = MicroBatchSink(SinkConfig.from_section({"topics": ["t"], "liveness_stall_seconds": 30}), "unused:9092")
+    assert sink.health.stall_seconds == 30
+    assert REGISTRY.get_sample_value("cdcnorm_sink_seconds_since_progress") == 0.0
+    sink.health.batch_started(3)
+    sink.health.since -= 12
+    assert REGISTRY.get_sample_value("cdcnorm_sink_seconds_since_progress") == pytest.approx(12, abs=1)
+    sink.stop()
+    assert sink.health.stopping
+
+
