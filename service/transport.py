@@ -9,6 +9,8 @@ aiokafka consumer (the consumer thread, group membership, rebalance callbacks, s
 committed offsets, flow control, the commit timer, the livelock detector) and replaces only:
 
 * the drain loop: each fetched record map goes to the app's :class:`BatchHandler` as one call;
+  a map it does not process (fetched across a rebalance, or of a partition paused meanwhile) is
+  read again: the fetch positions of those partitions go back to the first dropped record;
 * commits: the offsets come from :meth:`BatchHandler.committable` (source offsets whose output
   the broker acknowledged) instead of Faust's per-message ack lists;
 * ``wait_empty`` (called on stop and before partitions are revoked): waits for the handler's
@@ -68,16 +70,29 @@ class BatchConsumer(faust_aiokafka.Consumer):
         inbound = app.monitor.stream_inbound_time
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
+                if not self.flow_active:
+                    # A rebalance is in progress. Wait for it here, not inside _wait_next_records,
+                    # so the generation taken below is the one the fetch runs in: a fetch made
+                    # after the assignment is then not mistaken for one that crossed it.
+                    await self.wait(self.can_resume_flow)  # type: ignore[arg-type]
                 generation = app.consumer_generation_id
                 records, active = await self._wait_next_records(1.0)
                 if not records or self.should_stop:
                     continue
+                dropped: Mapping[TP, Sequence[Any]] = {}
                 if not self.flow_active or app.consumer_generation_id != generation:
-                    # fetched before a rebalance: these partitions are read again from the
-                    # committed offsets after the assignment
-                    continue
-                if active is not None:
+                    # The fetch crossed a rebalance (or one started): do not process it while
+                    # partitions are being revoked and assigned. Its records were consumed from
+                    # the fetcher's positions all the same, so they are rewound below.
+                    dropped, records = records, {}
+                elif active is not None and any(tp not in active for tp in records):
+                    # partitions paused since the fetch began: their records wait too
+                    dropped = {tp: recs for tp, recs in records.items() if tp not in active}
                     records = {tp: recs for tp, recs in records.items() if tp in active}
+                if dropped:
+                    await self._rewind_dropped(dropped)
+                if not records:
+                    continue
                 now = monotonic()
                 for tp, recs in records.items():
                     read_offset[tp] = recs[-1].offset
@@ -96,6 +111,44 @@ class BatchConsumer(faust_aiokafka.Consumer):
         except Exception as exc:
             self.log.exception("Drain messages raised: %r", exc)
             raise
+
+    async def _rewind_dropped(self, dropped: Mapping[TP, Sequence[Any]]) -> None:
+        """Make the next fetch of each partition in ``dropped`` start no later than its first
+        dropped record.
+
+        Dropping a fetched batch does not undo the fetch: aiokafka moved the partitions'
+        positions past those records when it returned them. A fetch that waits across a
+        rebalance returns records of the new assignment (aiokafka waits for the assignment and
+        discards what it fetched for the old one), read from positions already reset to the
+        committed offsets; nothing resets them again, so the next batches, and the next commit,
+        would go on past records never processed, for kept and newly assigned partitions alike.
+        The same holds for a partition paused while the fetch ran.
+
+        For each partition still assigned, the position becomes min(position, first dropped
+        offset), read and set in one synchronous step on the consumer thread's event loop (where
+        aiokafka and every Faust seek run), so no fetch, assignment or seek can come in between:
+
+        * it never moves a position forward: a position already rewound (by Faust's seek to the
+          committed offsets when the assignment completes, or by a reset) stays where it is;
+        * Faust's seek to the committed offsets may still follow and move it forward, to a
+          committed offset; that skips nothing, because this worker and its peers commit only
+          offsets whose records were processed and their output acknowledged
+          (:meth:`BatchHandler.committable`);
+        * a partition awaiting a position reset (a new assignment's first position) is left to
+          the reset: it starts from the committed offset (or ``auto_offset_reset``), as Faust's
+          own ``perform_seek`` would put it. ``perform_seek`` is not used here: aiokafka skips
+          partitions without a committed offset there, and it would rewind every partition.
+
+        A record read again is processed again: duplicates are allowed (at-least-once), losses not.
+        """
+        first = {tp: recs[0].offset for tp, recs in dropped.items() if recs}
+        if not first:
+            return
+        thread = cast(faust_aiokafka.AIOKafkaConsumerThread, self._thread)
+        rewound = await thread.call_thread(_rewind_positions, thread._ensure_consumer(), first)
+        for tp, (position, offset) in rewound.items():
+            self.log.info("fetch dropped across a rebalance or pause: %s[%s] rewound from %s to %s",
+                          tp.topic, tp.partition, position, offset)
 
     async def commit(self, topics: Any = None, start_new_transaction: bool = True) -> bool:
         handler = self.batch_handler
@@ -126,6 +179,28 @@ class BatchConsumer(faust_aiokafka.Consumer):
             await handler.drain()
             await self.commit()
         await super().wait_empty()
+
+
+async def _rewind_positions(consumer: Any, first: Mapping[TP, int]) -> dict[TP, tuple[int, int]]:
+    """On the consumer thread's loop: for each assigned partition with a valid position beyond
+    ``first[tp]``, seek to ``first[tp]``. No await: the read and the seek are one step. Returns
+    ``{tp: (old position, new position)}`` for the partitions it moved."""
+    # aiokafka has no synchronous position accessor: its subscription state is read directly
+    # (Faust's driver uses the same internals, e.g. ``_fetcher._subscriptions``).
+    subscription = consumer._subscription.subscription
+    assignment = subscription.assignment if subscription is not None else None
+    if assignment is None or not assignment.active:
+        return {}
+    moved: dict[TP, tuple[int, int]] = {}
+    for tp, offset in first.items():
+        state = assignment.state_value(tp)
+        if state is None or not state.has_valid_position:  # not ours, or awaiting its reset
+            continue
+        position = state.position
+        if position > offset:
+            consumer.seek(tp, offset)  # also discards what the fetcher buffered for tp
+            moved[tp] = (position, offset)
+    return moved
 
 
 class BatchTransport(faust_aiokafka.Transport):

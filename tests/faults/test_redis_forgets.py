@@ -361,11 +361,6 @@ def run_scenario(kafka_bootstrap: str, servers: list[LocalProcess], tmp_path: Pa
         wait_for(lambda: first.readiness().get("ready") is True and second.readiness().get("ready") is True
                  and len(first.readiness().get("assigned_partitions", []))
                  + len(second.readiness().get("assigned_partitions", [])) == 6, 60, "the group of two", 0.3)
-        # Known worker bug, not this test's subject: records that worker-1 fetches in the first
-        # second after the rebalance are dropped without seeking back (BatchConsumer._drain_messages
-        # skips a fetch that began in the old generation) and their offsets are committed past.
-        # Let that fetch return empty first.
-        time.sleep(2.5)
         send(qlik_topic, w.qlik[2])
         send(arcion_topic, w.arcion[2])
         committed(first)
