@@ -34,24 +34,21 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
 from pydantic import (
-    AfterValidator,
     AliasChoices,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
-    SecretStr,
     field_validator,
     model_validator,
 )
 
 from transforms.avro import AvroMappingError, avro_datum, avro_schema
-from transforms.configfile import resolve_secret
+from transforms.configfile import ExistingFile, Resolved, Secret
 from transforms.envelope import OutRecord
 from transforms.errors import DecodeError, StateStoreError
 
@@ -71,22 +68,6 @@ __all__ = [
 
 
 # ----------------------------------------------------------------------------- config
-
-
-def _resolve(value: Any) -> Any:
-    return resolve_secret(value)
-
-
-def _existing_file(value: Path) -> Path:
-    if not value.is_file():
-        raise ValueError(f"file {value} does not exist")
-    return value
-
-
-Secret = Annotated[SecretStr, BeforeValidator(_resolve)]
-"""A secret: literal, ``${ENV_VAR}`` or ``file:/path`` (as ``service.config``'s secrets)."""
-Resolved = Annotated[str, BeforeValidator(_resolve)]
-ExistingFile = Annotated[Path, AfterValidator(_existing_file)]
 
 
 class _Model(BaseModel):
