@@ -96,7 +96,7 @@ _STATUSES = ("new", "paid", "shipped", "returned")
 
 
 def change_records(
-    n_changes: int, n_keys: int, seed: int = 1, first_seq: int = 1, now_ts: bool = False
+    n_changes: int, n_keys: int, seed: int = 1, first_seq: int = 1, now_ts: bool = False, table: TableSchema = ORDERS
 ) -> Iterator[tuple[bytes | None, bytes | None]]:
     """Canonical (key, value) records of a 60/30/10 insert/update/delete history, in order.
 
@@ -123,11 +123,11 @@ def change_records(
         ts_ms = int(time.time() * 1000) if now_ts else 1_700_000_000_000 + seq
         source = SourceInfo("bench", ts_ms=ts_ms, sequence=f"{seq:012d}")
         if kind < 0.6:
-            event = ChangeEvent(Operation.CREATE, ORDERS, None, row, source)
+            event = ChangeEvent(Operation.CREATE, table, None, row, source)
         elif kind < 0.9:
-            event = ChangeEvent(Operation.UPDATE, ORDERS, {**row, "status": "new"}, row, source)
+            event = ChangeEvent(Operation.UPDATE, table, {**row, "status": "new"}, row, source)
         else:
-            event = ChangeEvent(Operation.DELETE, ORDERS, row, None, source)
+            event = ChangeEvent(Operation.DELETE, table, row, None, source)
         for record in emit([event], opts):
             yield record.key_bytes(), record.value_bytes()
 

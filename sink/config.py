@@ -81,6 +81,16 @@ class SinkConfig(_Strict):
             "Kafka's default topic retention."
         ),
     )
+    table_parallelism: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description=(
+            "How many tables of one micro-batch are written (MERGE and Iceberg commit) at the same "
+            "time, from a thread pool of the driver; each thread's Spark jobs run in their own FAIR "
+            "scheduler pool. 1: one table after the other."
+        ),
+    )
     metrics_port: int | None = Field(None, ge=0, le=65535)
     liveness_stall_seconds: float = Field(
         600.0,

@@ -9,11 +9,13 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 
 __all__ = ["CRASH_POINTS", "crash_point"]
 
 log = logging.getLogger("cdcnorm.sink")
 
+_COUNT_LOCK = threading.Lock()  # tables are written from several threads
 CRASH_POINTS = frozenset({"mid-merge", "between-table-commits", "after-iceberg-commit", "after-kafka-commit"})
 
 
@@ -30,10 +32,11 @@ def crash_point(name: str) -> None:
     """
     if os.environ.get("CDCNORM_CRASH_POINT") != name:
         return
-    remaining = int(os.environ.get("CDCNORM_CRASH_AFTER", "1")) - 1
-    if remaining > 0:
-        os.environ["CDCNORM_CRASH_AFTER"] = str(remaining)
-        return
+    with _COUNT_LOCK:
+        remaining = int(os.environ.get("CDCNORM_CRASH_AFTER", "1")) - 1
+        if remaining > 0:
+            os.environ["CDCNORM_CRASH_AFTER"] = str(remaining)
+            return
     log.warning("crash point %s reached: killing the sink (test fault injection)", name)
     _kill_self()
 

@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import struct
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -121,6 +122,10 @@ def spark_conf(config: SinkConfig) -> dict[str, str]:
         # wave, fewer files per commit); 4 on a cluster master
         "spark.sql.shuffle.partitions": str(_local_cores(config.spark_master) or 4),
         "spark.sql.session.timeZone": "UTC",
+        # the tables of a micro-batch are written from several driver threads at once
+        # (sink.table_parallelism), each in its own pool: FAIR shares the executors between them
+        # instead of running one table's jobs to the end before the next table's start
+        "spark.scheduler.mode": "FAIR",
         "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
     }
     if cat.type in ("hadoop", "rest", "hive", "glue"):
@@ -200,6 +205,7 @@ class IcebergTables:
         self.config = config
         self._state: dict[str, _TableState] = {}
         self._callback_ready = False
+        self._callback_lock = threading.Lock()
 
     # -- naming -----------------------------------------------------------------------
 
@@ -341,9 +347,10 @@ class IcebergTables:
 
         sc = self.spark.sparkContext
         gateway = sc._gateway
-        if not self._callback_ready:
-            ensure_callback_server_started(gateway)
-            self._callback_ready = True
+        with self._callback_lock:  # tables are written from several threads (sink.table_parallelism)
+            if not self._callback_ready:
+                ensure_callback_server_started(gateway)
+                self._callback_ready = True
         jvm = sc._jvm
         assert jvm is not None
         java_props = jvm.java.util.HashMap()

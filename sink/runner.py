@@ -17,17 +17,19 @@ after each poll window), which ``/healthz`` and ``cdcnorm_sink_seconds_since_pro
 
 from __future__ import annotations
 
+import itertools
 import logging
 import signal
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from sink.changes import ChangeParseError, RecordParser, SinkChange, compact
+from sink.changes import ChangeParseError, RecordParser, SinkChange, TableBatch, compact
 from sink.config import SinkConfig
 from sink.faults import crash_point
 from sink.health import SinkHealth
@@ -61,6 +63,8 @@ SINCE_PROGRESS = Gauge(
     "(0 while it has nothing to read); /healthz fails above sink.liveness_stall_seconds",
 )
 
+
+_Item = tuple[tuple[str, str], TableBatch, dict[str, int]]  # a table, its compacted batch, its offsets
 
 TOUCHED_SHOWN = 8  # table names on a progress line; the rest as "+N"
 
@@ -161,6 +165,7 @@ class MicroBatchSink:
         SINCE_PROGRESS.set_function(self.health.seconds_since_progress)
         self._start_positions: dict[tuple[str, int], int | None] = {}  # where unread partitions start
         self._lag_labels: set[tuple[str, int]] = set()
+        self._pool: ThreadPoolExecutor | None = None  # writes the tables of a batch (table_parallelism)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -190,6 +195,9 @@ class MicroBatchSink:
         self.health.stopping = True
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         if self.consumer is not None:
             self.consumer.close()
             self.consumer = None
@@ -329,16 +337,7 @@ class MicroBatchSink:
         del msgs, msg  # the raw records are parsed: free them before the merge (driver peak memory)
         report.changes = len(changes)
         started = time.monotonic()
-        for table, batch in compact(changes).items():
-            applied = self._applied_for(table)
-            offsets = {**applied, **table_offsets[table]}
-            try:
-                counts = self.tables.write_batch(batch, offsets)
-            except IncompatibleSchemaError as exc:
-                self._pause(table, str(exc), changes, first_paused)
-                continue
-            self._applied[table] = offsets
-            crash_point("between-table-commits")
+        for table, batch, counts in self._write_tables(compact(changes), table_offsets, changes, first_paused):
             report.tables.append(".".join(table))
             report.upserts += counts["upserts"]
             report.deletes += counts["deletes"]
@@ -349,7 +348,6 @@ class MicroBatchSink:
             newest = max((c.ts_ms for c in batch.changes + batch.appends if c.ts_ms), default=None)
             if newest and (report.newest_ts_ms is None or newest > report.newest_ts_ms):
                 report.newest_ts_ms = newest
-            self.tables.maybe_maintain(table)
         report.commit_seconds = time.monotonic() - started
         crash_point("after-iceberg-commit")
         COMMIT_SECONDS.observe(report.commit_seconds)
@@ -363,6 +361,94 @@ class MicroBatchSink:
         report.lag = self._measure_lag()
         self.health.observe_lag(report.lag)
         return report
+
+    def _write_tables(
+        self,
+        batches: dict[tuple[str, str], TableBatch],
+        table_offsets: dict[tuple[str, str], dict[str, int]],
+        changes: list[SinkChange],
+        first_paused: dict[tuple[str, int], int],
+    ) -> list[_Item]:
+        """Write every table's compacted batch, each in its own Iceberg commit tagged with its
+        offsets, ``table_parallelism`` tables at a time; returns what was written, per table.
+
+        Table DDL (create, add or widen columns) runs first, one table after the other: it is
+        rare after the first batch, and namespace creation is not safe to race. Then the MERGEs
+        and commits run from a thread pool, each thread's Spark jobs in a FAIR pool of its own,
+        so one table's planning and commit I/O overlap another's jobs. A table with an
+        incompatible schema change is paused, the others go on. Any other failure is raised
+        after every started table has finished (its commit either happened, recorded with its
+        offsets, or not): the Kafka offsets are then not committed, and a retry skips what the
+        committed tables already hold.
+        """
+        assert self.tables is not None
+        tables = self.tables
+        todo: list[_Item] = []
+        for table, batch in batches.items():
+            try:
+                tables.ensure_table(batch)
+            except IncompatibleSchemaError as exc:
+                self._pause(table, str(exc), changes, first_paused)
+                continue
+            todo.append((table, batch, {**self._applied_for(table), **table_offsets[table]}))
+
+        def write(item: _Item) -> dict[str, int]:
+            table, batch, offsets = item
+            counts = tables.write_batch(batch, offsets)
+            crash_point("between-table-commits")
+            tables.maybe_maintain(table)
+            return counts
+
+        outcomes: list[tuple[_Item, dict[str, int] | BaseException]]
+        if self.config.table_parallelism > 1 and len(todo) > 1:
+            outcomes = self._in_pool(write, todo)
+        else:
+            outcomes = []
+            for item in todo:
+                try:
+                    outcomes.append((item, write(item)))
+                except Exception as exc:
+                    outcomes.append((item, exc))
+                    if not isinstance(exc, IncompatibleSchemaError):
+                        break
+        written: list[_Item] = []
+        failure: BaseException | None = None
+        for (table, batch, offsets), outcome in outcomes:
+            if isinstance(outcome, IncompatibleSchemaError):
+                self._pause(table, str(outcome), changes, first_paused)
+            elif isinstance(outcome, BaseException):
+                failure = failure or outcome
+            else:
+                self._applied[table] = offsets
+                written.append((table, batch, outcome))
+        if failure is not None:
+            raise failure
+        return written
+
+    def _in_pool(
+        self, work: Callable[[_Item], dict[str, int]], items: list[_Item]
+    ) -> list[tuple[_Item, dict[str, int] | BaseException]]:
+        """``work`` over ``items`` on the table pool (created on first use), waiting for all."""
+        if self._pool is None:
+            spark = self.spark
+            slots = itertools.count()
+
+            def name_pool() -> None:
+                # a FAIR pool per thread (created on first use, weight 1): tables share the executors
+                if spark is not None:
+                    spark.sparkContext.setLocalProperty("spark.scheduler.pool", f"cdcnorm-table-{next(slots)}")
+
+            self._pool = ThreadPoolExecutor(
+                self.config.table_parallelism, thread_name_prefix="cdcnorm-table", initializer=name_pool
+            )
+        futures = [(item, self._pool.submit(work, item)) for item in items]
+        out: list[tuple[_Item, dict[str, int] | BaseException]] = []
+        for item, future in futures:
+            try:
+                out.append((item, future.result()))
+            except BaseException as exc:
+                out.append((item, exc))
+        return out
 
     # -- lag ----------------------------------------------------------------------------------
 

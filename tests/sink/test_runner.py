@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 
 import pytest
 
 import sink.runner as runner
+from sink.changes import TableBatch
 from sink.config import SinkConfig
+from sink.iceberg import IncompatibleSchemaError
 from sink.runner import BatchReport, MicroBatchSink
 
 INTERVAL = 5.0
@@ -122,3 +126,108 @@ def test_run_keeps_totals_and_a_bounded_number_of_reports(clock: FakeClock) -> N
     assert len(summary.recent) == runner.RECENT_REPORTS
     assert summary.recent[-1].rows_read == 250
 
+
+
+# -- the tables of a batch, written from the table pool (sink.table_parallelism) -----------------
+
+
+class FakeTables:
+    """``write_batch`` that takes ``seconds`` and records how many tables were in flight at once;
+    a table named in ``fail`` raises, one in ``incompatible`` has a schema it cannot take."""
+
+    def __init__(self, seconds: float = 0.2, fail: frozenset[str] = frozenset(), incompatible: frozenset[str] = frozenset()) -> None:
+        self.seconds = seconds
+        self.fail = fail
+        self.incompatible = incompatible
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.most = 0
+        self.written: list[str] = []
+
+    def ensure_table(self, batch: TableBatch) -> str:
+        return batch.table[1]
+
+    def applied_offsets(self, table: tuple[str, str]) -> dict[str, int]:
+        return {}
+
+    def maybe_maintain(self, table: tuple[str, str]) -> bool:
+        return False
+
+    def write_batch(self, batch: TableBatch, offsets: dict[str, int]) -> dict[str, int]:
+        name = batch.table[1]
+        with self.lock:
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+        try:
+            time.sleep(self.seconds)
+            if name in self.incompatible:
+                raise IncompatibleSchemaError(f"{name}: column x is int, a change brings string")
+            if name in self.fail:
+                raise RuntimeError(f"{name}: the catalog refused the commit")
+            with self.lock:
+                self.written.append(name)
+            return {"upserts": 1, "deletes": 0, "appends": 0, "truncates": 0}
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def _table_sink(tables: FakeTables, parallelism: int) -> MicroBatchSink:
+    sink = MicroBatchSink(SinkConfig.from_section({"topics": ["t"], "table_parallelism": parallelism}), "unused:9092")
+    sink.tables = tables  # type: ignore[assignment]
+    return sink
+
+
+def _batches(n: int) -> tuple[dict[tuple[str, str], TableBatch], dict[tuple[str, str], dict[str, int]]]:
+    batches = {("db", f"t{i}"): TableBatch(("db", f"t{i}")) for i in range(n)}
+    return batches, {table: {f"db.{table[1]}:0": 10} for table in batches}
+
+
+def test_the_tables_of_a_batch_are_written_parallelism_at_a_time() -> None:
+    tables = FakeTables(seconds=0.2)
+    sink = _table_sink(tables, parallelism=4)
+    batches, offsets = _batches(8)
+    started = time.monotonic()
+    written = sink._write_tables(batches, offsets, [], {})
+    elapsed = time.monotonic() - started
+    sink.close()
+    assert sorted(t[1] for t, _, _ in written) == sorted(f"t{i}" for i in range(8))
+    assert tables.most == 4
+    assert elapsed < 8 * 0.2 * 0.75, f"8 tables of 0.2 s took {elapsed:.2f}s: not overlapped"
+    assert sink._applied == offsets
+
+
+def test_one_table_after_the_other_with_parallelism_1() -> None:
+    tables = FakeTables(seconds=0.01)
+    sink = _table_sink(tables, parallelism=1)
+    batches, offsets = _batches(5)
+    sink._write_tables(batches, offsets, [], {})
+    assert tables.most == 1
+    assert tables.written == [f"t{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("parallelism", [1, 4])
+def test_a_failed_table_is_raised_and_its_offsets_are_not_taken_as_applied(parallelism: int) -> None:
+    tables = FakeTables(seconds=0.05, fail=frozenset({"t0"}))
+    sink = _table_sink(tables, parallelism)
+    batches, offsets = _batches(6)
+    with pytest.raises(RuntimeError, match="t0: the catalog refused the commit"):
+        sink._write_tables(batches, offsets, [], {})
+    sink.close()
+    assert sink._applied[("db", "t0")] == {}, "the failed table's offsets taken as applied"
+    # the tables written before the error was raised keep their offsets: a retried batch skips
+    # what their commits already hold; in the pool every started table finishes first
+    assert {t for t, offsets in sink._applied.items() if offsets} == {("db", t) for t in tables.written}
+    if parallelism > 1:
+        assert len(tables.written) == 5
+
+
+def test_an_incompatible_table_is_paused_and_the_others_are_written() -> None:
+    tables = FakeTables(seconds=0.05, incompatible=frozenset({"t2"}))
+    sink = _table_sink(tables, parallelism=4)
+    batches, offsets = _batches(4)
+    written = sink._write_tables(batches, offsets, [], {})
+    sink.close()
+    assert sorted(t[1] for t, _, _ in written) == ["t0", "t1", "t3"]
+    assert ("db", "t2") in sink._paused_tables
+    assert "column x is int" in sink._paused_tables[("db", "t2")]

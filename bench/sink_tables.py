@@ -1,0 +1,210 @@
+"""Sink throughput over many tables against one table, in the same run (issue 16, "tables scale").
+
+The same number of changes goes through the sink (:class:`sink.runner.MicroBatchSink`,
+in-process, real Tansu broker, the runner's own poll, parse, compaction and MERGE) twice:
+
+* spread over ``tables`` tables (a topic each, the changes round-robin), and
+* all in one table (the baseline),
+
+each after an untimed warm-up batch that creates the tables. Throughput is changes per second
+of batch processing (end of the poll window to the Kafka commit: the runner's
+``BatchReport.seconds``, so idle poll windows are left out). Ratio: many tables / one table,
+**target >= 0.5**. The many-table run is also repeated with ``table_parallelism: 1`` (tables
+one after the other, the design before issue 16) as information, so the gain shows in the
+same run. The driver's own CPU per change (psutil, this Python process only: the JVM is a
+child) is reported for each run.
+
+Run: ``python -m bench.sink_tables [--size tiny|small|full] [--parallelism N]``.
+Small: 20,000 changes over 100 tables (200 each) against 1 table; tiny: 1,000 over 10.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import BenchReport, Ratio, bench_parser
+from bench.sink_merge import ORDERS, change_records
+
+__all__ = ["main"]
+
+TARGET = 0.5
+
+
+@dataclass(frozen=True)
+class Size:
+    changes: int
+    tables: int
+    keys_per_table: int
+
+
+SIZES = {
+    "tiny": Size(1_000, 10, 50),
+    "small": Size(20_000, 100, 100),
+    "full": Size(100_000, 500, 100),
+}
+
+
+@dataclass
+class Run:
+    """What one timed run measured."""
+
+    changes: int = 0
+    seconds: float = 0.0
+    commit_seconds: float = 0.0
+    batches: int = 0
+    cpu_seconds: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.changes / self.seconds if self.seconds else 0.0
+
+
+def _records(layout: str, tables: int, changes: int, keys: int, seed: int) -> list[tuple[str, bytes | None, bytes | None]]:
+    """``changes`` canonical records (and the tombstones after deletes) spread evenly over
+    ``tables`` tables named ``<layout>_NNN``, each on its own topic ``cdcnorm.bench.<table>``,
+    ``keys`` keys per table."""
+    out: list[tuple[str, bytes | None, bytes | None]] = []
+    for t in range(tables):
+        schema = dataclasses.replace(ORDERS, table=f"{layout}_{t:03d}")
+        topic = f"cdcnorm.bench.{schema.table}"
+        out.extend((topic, k, v) for k, v in change_records(changes // tables, keys, seed=seed + t, table=schema))
+    return out
+
+
+def _produce(bootstrap: str, records: Sequence[tuple[str, bytes | None, bytes | None]]) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000})
+    for topic, key, value in records:
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(60) == 0, "records left unsent"
+
+
+def _sink(bootstrap: str, workdir: Path, layout: str, group: str, parallelism: int) -> Any:
+    from sink.config import SinkConfig
+    from sink.runner import MicroBatchSink
+
+    config = SinkConfig.from_section(
+        {
+            "topic_pattern": rf"cdcnorm\.bench\.{layout}_[0-9]+",
+            "group_id": group,
+            "trigger_interval_seconds": 0.5,
+            "poll_timeout_seconds": 0.5,
+            "catalog": {"warehouse": str(workdir / "warehouse")},
+            "maintenance": {"enabled": False},
+            "table_parallelism": parallelism,
+        }
+    )
+    return MicroBatchSink(config, bootstrap, consumer_conf={"topic.metadata.refresh.interval.ms": 1000})
+
+
+def _run(sink: Any, expect: int) -> Run:
+    """Run ``sink`` until it has read ``expect`` records and then finds nothing more."""
+    import psutil
+
+    run = Run()
+    reports: list[Any] = []
+    sink.report = reports.append
+    proc = psutil.Process()
+    cpu0 = sum(proc.cpu_times()[:2])
+    read = 0
+    deadline = time.monotonic() + 600
+    while read < expect and time.monotonic() < deadline:
+        summary = sink.run(once=True)
+        read += summary.rows_read
+    run.cpu_seconds = sum(proc.cpu_times()[:2]) - cpu0
+    if read < expect:
+        raise RuntimeError(f"the sink read {read} of {expect} records")
+    for r in reports:
+        run.changes += r.changes
+        run.seconds += r.seconds
+        run.commit_seconds += r.commit_seconds
+        run.batches += 1
+    return run
+
+
+def measure(bootstrap: str, workdir: Path, layout: str, tables: int, size: Size, parallelism: int) -> Run:
+    """Warm-up (one change per table, creates them), then ``size.changes`` changes, timed."""
+    from service.local import create_topics
+
+    create_topics(bootstrap, [f"cdcnorm.bench.{layout}_{t:03d}" for t in range(tables)], partitions=1)
+    keys = size.keys_per_table * size.tables // tables
+    warm = _records(layout, tables, tables, keys, seed=1)
+    timed = _records(layout, tables, size.changes, keys, seed=1000)
+    sink = _sink(bootstrap, workdir, layout, f"bench-{layout}", parallelism)
+    try:
+        sink.start()
+        _produce(bootstrap, warm)
+        _run(sink, len(warm))
+        _produce(bootstrap, timed)
+        run = _run(sink, len(timed))
+    finally:
+        sink.close()
+    print(
+        f"{layout}: {tables} tables, parallelism {parallelism}: {run.changes} changes in {run.batches} batches, "
+        f"{run.seconds:.1f}s ({run.rate:.0f}/s), commit {run.commit_seconds:.1f}s, driver CPU {run.cpu_seconds:.1f}s",
+        flush=True,
+    )
+    return run
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = bench_parser("sink throughput over many tables against one table")
+    parser.add_argument("--parallelism", type=int, default=4, help="sink.table_parallelism of the measured runs")
+    parser.add_argument("--no-sequential", action="store_true", help="skip the table_parallelism=1 run")
+    args = parser.parse_args(argv)
+    size = SIZES[args.size]
+    report = BenchReport(
+        "sink_tables",
+        args.size,
+        params={"changes": size.changes, "tables": size.tables, "parallelism": args.parallelism},
+    )
+    from service.local import start_tansu
+
+    workdir = Path(tempfile.mkdtemp(prefix="cdcnorm-bench-tables-"))
+    broker = start_tansu(log_dir=workdir / "logs")
+    try:
+        one = measure(broker.address, workdir, "one", 1, size, args.parallelism)
+        many = measure(broker.address, workdir, "many", size.tables, size, args.parallelism)
+        report.add(
+            Ratio(
+                f"changes/s over {size.tables} tables",
+                many.rate,
+                one.rate,
+                "changes/s",
+                target=TARGET,
+                baseline_name="1 table",
+                note=f"{size.changes} changes; commit phase {many.commit_seconds:.1f}s vs {one.commit_seconds:.1f}s; "
+                f"table_parallelism {args.parallelism}",
+            )
+        )
+        if not args.no_sequential:
+            seq = measure(broker.address, workdir, "seq", size.tables, size, 1)
+            report.info(
+                f"changes/s over {size.tables} tables, one table after the other",
+                seq.rate,
+                "changes/s",
+                f"ratio {seq.rate / one.rate:.2f} to 1 table; commit phase {seq.commit_seconds:.1f}s",
+            )
+        for name, run in (("1 table", one), (f"{size.tables} tables", many)):
+            report.info(f"driver CPU per change, {name}", run.cpu_seconds / run.changes * 1e6, "us")
+    finally:
+        broker.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    return report.finish(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
