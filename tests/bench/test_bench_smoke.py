@@ -120,6 +120,14 @@ def test_sink_merge_bench(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.spark
+def test_sink_tables_bench(tmp_path: Path) -> None:
+    result = _run_bench("sink_tables", tmp_path, "--no-sequential", timeout=420)
+    _assert_measured(result, "sink_tables")
+    assert any(r["name"].startswith("changes/s over") for r in result["ratios"])
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("name", ["service_e2e", "scaling", "worker_memory"])
 def test_service_benches(name: str, tmp_path: Path) -> None:
     _assert_measured(_run_bench(name, tmp_path, timeout=420), name)
