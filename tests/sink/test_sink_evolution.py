@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from service.local import LocalProcess, create_topics, start_tansu
+from service.local import LocalProcess, create_topics
 from tests.sink.test_sink_integration import _config, _run, _tables
 from transforms.connect import Column, ConnectType, TableSchema
 from transforms.envelope import ChangeEvent, EmitOptions, Operation, SourceInfo, emit
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalProcess]:
-    proc = start_tansu(log_dir=tmp_path_factory.mktemp("tansu"))
-    yield proc
-    proc.stop()
 
 
 def _produce(bootstrap: str, events: list[ChangeEvent]) -> None:

@@ -12,7 +12,6 @@ import datetime as dt
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -21,19 +20,12 @@ import orjson
 import pytest
 import yaml
 
-from service.local import LocalProcess, create_topics, start_tansu
+from service.local import LocalProcess, create_topics
 from tests.sink.history import History, scripted_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalProcess]:
-    proc = start_tansu(log_dir=tmp_path_factory.mktemp("tansu"))
-    yield proc
-    proc.stop()
 
 
 def _produce(bootstrap: str, history: History) -> int:
