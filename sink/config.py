@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from service.converters import SchemaRegistrySettings
 from transforms.configfile import is_secret_key
 
 __all__ = ["CatalogConfig", "JarSource", "MaintenanceConfig", "SinkConfig", "WriteMode"]
+
+
+# a Perl class escape (\d, \w, ...) not itself escaped; POSIX replacements for the error message
+_PERL_CLASS = re.compile(r"(?<!\\)(?:\\\\)*\\([dDwWsSbB])")
+_POSIX = {"d": "[0-9]", "D": "[^0-9]", "w": "[[:alnum:]_]", "W": "[^[:alnum:]_]", "s": "[[:space:]]",
+          "S": "[^[:space:]]", "b": "(no word boundary in POSIX ERE)", "B": "(no word boundary in POSIX ERE)"}
 
 
 class _Strict(BaseModel):
@@ -101,6 +108,27 @@ class SinkConfig(_Strict):
         ),
     )
     schema_registry: SchemaRegistrySettings | None = Field(None, description="Where Avro records' schemas are (sink.changes.RecordParser).")
+
+    @field_validator("topic_pattern")
+    @classmethod
+    def _posix_pattern(cls, value: str | None) -> str | None:
+        """librdkafka matches a subscription pattern with POSIX extended regular expressions
+        (``regcomp(REG_EXTENDED)``): Perl classes such as ``\\d`` match a literal letter there,
+        so such a pattern would silently subscribe to nothing."""
+        if value is None:
+            return value
+        perl = sorted(set(_PERL_CLASS.findall(value)))
+        if perl:
+            hints = ", ".join(f"\\{c} -> {_POSIX[c]}" for c in perl)
+            raise ValueError(
+                f"{value!r}: Kafka clients (librdkafka) match topic patterns as POSIX extended regular "
+                f"expressions, where a backslash class ({', '.join(perl)}) is a literal letter; use {hints}"
+            )
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"{value!r} is not a regular expression: {exc}") from exc
+        return value
 
     @model_validator(mode="after")
     def _one_topic_source(self) -> SinkConfig:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from sink.config import SinkConfig
 from sink.main import read_sink_config
 from transforms.configfile import ConfigErrors
 from transforms.errors import ConfigError
@@ -68,3 +69,20 @@ def test_a_config_without_a_sink_section(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         read_sink_config(_write(tmp_path, {"topics": [{"name": "a", "format": "canal-json"}]}))
     assert info.value.key == "sink"
+
+
+@pytest.mark.parametrize(
+    ("pattern", "hint"),
+    [(r"cdcnorm\.shop\.t_\d+", r"\d -> [0-9]"), (r"cdcnorm\.\w+\.orders", r"\w -> [[:alnum:]_]")],
+)
+def test_a_topic_pattern_with_a_perl_class_is_refused_with_its_posix_form(pattern: str, hint: str) -> None:
+    # librdkafka compiles subscription patterns with POSIX regcomp(REG_EXTENDED): \d is a literal
+    # "d" there, so the sink would subscribe to nothing, silently
+    with pytest.raises(ValueError, match="POSIX extended") as err:
+        SinkConfig.from_section({"topic_pattern": pattern})
+    assert hint in str(err.value)
+
+
+@pytest.mark.parametrize("pattern", [r"cdcnorm\.[^.]+\.[^.]+", r"cdcnorm\.shop\.t_[0-9]+", r"a\\d"])
+def test_posix_topic_patterns_are_accepted(pattern: str) -> None:
+    assert SinkConfig.from_section({"topic_pattern": pattern}).topic_pattern == pattern
