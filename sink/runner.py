@@ -25,7 +25,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -65,6 +65,8 @@ SINCE_PROGRESS = Gauge(
 
 
 _Item = tuple[tuple[str, str], TableBatch, dict[str, int]]  # a table, its compacted batch, its offsets
+_T = TypeVar("_T")
+_R = TypeVar("_R")
 
 TOUCHED_SHOWN = 8  # table names on a progress line; the rest as "+N"
 
@@ -298,6 +300,18 @@ class MicroBatchSink:
             applied = self._applied[table] = self.tables.applied_offsets(table)
         return applied
 
+    def _load_applied(self, tables: set[tuple[str, str]]) -> None:
+        """Read the offsets recorded in the newest cdcnorm snapshot of each table not seen yet
+        (a query per table: on the table pool, so a first batch over hundreds of tables does not
+        wait for them one after the other)."""
+        unknown = [t for t in tables if t not in self._applied]
+        if self.config.table_parallelism > 1 and len(unknown) > 1:
+            for _, outcome in self._in_pool(self._applied_for, unknown):
+                if isinstance(outcome, BaseException):
+                    raise outcome
+        for table in unknown:
+            self._applied_for(table)  # read above, or now when the pool is not used
+
     def run_batch(self) -> BatchReport:
         assert self.tables is not None
         msgs = self._poll()
@@ -310,8 +324,7 @@ class MicroBatchSink:
         ROWS_READ.inc(len(msgs))
         next_offsets: dict[tuple[str, int], int] = {}
         first_paused: dict[tuple[str, int], int] = {}
-        changes: list[SinkChange] = []
-        table_offsets: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+        parsed: list[SinkChange] = []
         for msg in msgs:
             tp = (msg.topic(), msg.partition())
             next_offsets[tp] = max(next_offsets.get(tp, 0), msg.offset() + 1)
@@ -326,15 +339,20 @@ class MicroBatchSink:
             if change.table in self._paused_tables:
                 first_paused.setdefault(tp, msg.offset())
                 continue
-            applied = self._applied_for(change.table)
-            if msg.offset() < applied.get(_tp(*tp), 0):
+            parsed.append(change)
+        del msgs, msg  # the raw records are parsed: free them before the merge (driver peak memory)
+        self._load_applied({c.table for c in parsed})
+        changes: list[SinkChange] = []
+        table_offsets: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+        for change in parsed:
+            key = _tp(change.topic, change.partition)
+            if change.offset < self._applied[change.table].get(key, 0):
                 report.skipped_applied += 1
                 continue
             changes.append(change)
             offsets = table_offsets[change.table]
-            key = _tp(*tp)
-            offsets[key] = max(offsets.get(key, 0), msg.offset() + 1)
-        del msgs, msg  # the raw records are parsed: free them before the merge (driver peak memory)
+            offsets[key] = max(offsets.get(key, 0), change.offset + 1)
+        del parsed
         report.changes = len(changes)
         started = time.monotonic()
         for table, batch, counts in self._write_tables(compact(changes), table_offsets, changes, first_paused):
@@ -425,9 +443,7 @@ class MicroBatchSink:
             raise failure
         return written
 
-    def _in_pool(
-        self, work: Callable[[_Item], dict[str, int]], items: list[_Item]
-    ) -> list[tuple[_Item, dict[str, int] | BaseException]]:
+    def _in_pool(self, work: Callable[[_T], _R], items: list[_T]) -> list[tuple[_T, _R | BaseException]]:
         """``work`` over ``items`` on the table pool (created on first use), waiting for all."""
         if self._pool is None:
             spark = self.spark
@@ -442,7 +458,7 @@ class MicroBatchSink:
                 self.config.table_parallelism, thread_name_prefix="cdcnorm-table", initializer=name_pool
             )
         futures = [(item, self._pool.submit(work, item)) for item in items]
-        out: list[tuple[_Item, dict[str, int] | BaseException]] = []
+        out: list[tuple[_T, _R | BaseException]] = []
         for item, future in futures:
             try:
                 out.append((item, future.result()))
