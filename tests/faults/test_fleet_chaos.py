@@ -12,13 +12,18 @@ annotation says. With 2 partitions per topic a third worker would idle.)
 After the Qlik metadata is in, the stream is produced at a steady rate for about
 :data:`PRODUCE_S` seconds while a seeded scheduler (``random.Random(SEED)``) acts every 3 to 6 s:
 :data:`KILLS` times it SIGKILLs or SIGTERMs a random worker (both kinds mixed; one that holds
-partitions when any does) and starts a replacement at once; once it adds a 4th worker and once it stops one (SIGTERM) without a
+partitions when any does, and a SIGKILL waits up to 5 s for it to be consuming, so that it
+crashes mid-processing rather than in a rebalance, when all was committed) and starts a
+replacement at once; once it adds a 4th worker and once it stops one (SIGTERM) without a
 replacement. So rebalances overlap with processing and commits. A SIGTERMed worker must leave by
 itself within :data:`STOP_GRACE_S` (Kubernetes' default grace period), with exit code 0.
 
 When the stream has ended and the group has committed every source offset, the normalized topics
-must hold every change at least once (duplicates are counted; at-least-once allows them), in
-per-key order, and the DLQ topic nothing; then one sink (``--once``) lands the topics in Iceberg
+must hold every change at least once (duplicates are counted; at-least-once allows them, and
+there must be some: the replay path is exercised), in per-key order, every record (duplicates
+too) with its version's values: a Qlik update that leaves ``qty`` out is completed from the row
+state in Redis (``complete_partial_images``), or marks it absent, never with another version's
+value; and the DLQ topic nothing; then one sink (``--once``) lands the topics in Iceberg
 and every table must equal the state the generated history ends in. Run with ``-s`` to see the
 schedule, the rebalances the workers logged (distinct group generations in their ``partitions
 assigned`` lines), the duplicates and the rows compared.
@@ -131,6 +136,15 @@ class Fleet:
         worker = holding[self.rnd.randrange(len(holding))]
         self.live.remove(worker)
         consumed = self.scrape(worker)
+        busy = ""
+        if sig == signal.SIGKILL and held[id(worker)]:
+            # a crash mid-processing (not during a rebalance, when everything was committed):
+            # wait, up to 5 s, until the victim's consumed count moves
+            waited = time.monotonic()
+            while time.monotonic() - waited < 5.0 and self.scrape(worker) == consumed:
+                time.sleep(0.1)
+            busy = f", killed while consuming after {time.monotonic() - waited:.1f}s"
+            consumed = self.consumed.get(worker.process.name, 0)
         up = time.monotonic() - self.born[worker.process.name]
         worker.process.process.send_signal(sig)
         if sig == signal.SIGKILL:
@@ -140,7 +154,7 @@ class Fleet:
         if held[id(worker)]:
             self.hit_holding += 1
         return (f"{sig.name} {worker.process.name} (up {up:.1f}s, holding {held[id(worker)]} partitions, "
-                f"consumed {consumed})")
+                f"consumed {consumed}{busy})")
 
     def reap(self, final: bool = False) -> None:
         """Note the SIGTERMed workers that ended; one past the grace period is killed and noted
@@ -186,7 +200,7 @@ def test_fleet_chaos_loses_nothing(kafka_bootstrap: str, redis_url: str, tmp_pat
     create_topics(kafka_bootstrap, outputs, partitions=2)
     stream = generate(CHANGES, KEYS_PER_TABLE, SEED, FORMATS)
     topics = [sources[fmt] for fmt in stream.formats]
-    entries = [{"name": topic, "format": fmt} for fmt, topic in sources.items()]
+    entries = [{"name": topic, "format": fmt, "complete_partial_images": fmt == QLIK} for fmt, topic in sources.items()]
     config = worker_config(kafka_bootstrap, redis_url, f"{prefix}:", prefix, entries)
     group = str(config["worker"]["app_id"])  # type: ignore[index]
     rnd = random.Random(SEED)
@@ -273,6 +287,8 @@ def test_fleet_chaos_loses_nothing(kafka_bootstrap: str, redis_url: str, tmp_pat
     assert report.missing == 0, f"{report.missing} changes never reached the normalized topics"
     assert not report.out_of_order, report.out_of_order[:5]
     assert not report.split_keys, report.split_keys[:5]
+    assert not report.wrong, report.wrong[:10]
+    assert report.duplicates > 0, "no SIGKILL left uncommitted work: the replay path was not exercised"
     assert report.changes - report.duplicates == stream.changes
     assert report.tombstones >= stream.counts["DELETE"]
     assert len(kills) >= 10 and generations >= KILLS // 2, "the schedule did not make the group rebalance"

@@ -6,7 +6,8 @@ whether every change arrived and in which order.
 
 Each table has one source format: ``canal-json`` (the default, every table), ``maxwell-json``
 (``position`` orders the changes) or ``qlik-json`` (data messages name the ``schemaId`` of a
-metadata message sent first, :func:`qlik_metadata`; ``changeSequence`` orders the changes). The
+metadata message sent first, :func:`qlik_metadata`; ``changeSequence`` orders the changes; an
+update that leaves ``qty`` unchanged leaves it out, as Replicate's ``columnMask`` allows). The
 random draws do not depend on the formats, so a stream is the same history in any of them, and
 a prefix of a longer stream of the same seed.
 """
@@ -65,6 +66,8 @@ class ChangeStream:
     counts: dict[str, int] = field(default_factory=dict)  # INSERT/UPDATE/DELETE
     # messages that go first, per format (qlik-json: one metadata message per table)
     preamble: dict[str, list[tuple[bytes, bytes]]] = field(default_factory=dict)
+    images: dict[tuple[str, int, int], Row] = field(default_factory=dict)  # (table, id, ver) -> row after it
+    partial: set[tuple[str, int, int]] = field(default_factory=set)  # qlik updates sent without qty
 
     @property
     def changes(self) -> int:
@@ -189,12 +192,17 @@ def generate(n_changes: int, keys_per_table: int, seed: int, formats: Mapping[st
             value = _canal(table, kind, row, old, BASE_TS + i)
         elif fmt == MAXWELL:
             value = _maxwell(table, kind, row, old, BASE_TS + i, i)
-        elif fmt == QLIK:
-            value = qlik_data(schema_ids[table], kind, row, QLIK_COLUMNS, "0F", i + 1)
+        elif fmt == QLIK:  # an update that leaves qty unchanged leaves it out (its columnMask bit clear)
+            partial = kind == "UPDATE" and old is not None and "qty" not in old
+            if partial:
+                out.partial.add((table, kid, ver))
+            sent = {k: v for k, v in row.items() if k != "qty"} if partial else row
+            value = qlik_data(schema_ids[table], kind, sent, QLIK_COLUMNS, "07" if partial else "0F", i + 1)
         else:
             raise ValueError(f"no generator for the format {fmt!r} of table {table!r}")
         out.messages.append((f"{table}:{kid}".encode(), value))
         out.formats.append(fmt)
+        out.images[(table, kid, ver)] = row
     return out
 
 
@@ -361,20 +369,46 @@ class OrderReport:
     missing: int = 0
     out_of_order: list[str] = field(default_factory=list)
     split_keys: list[str] = field(default_factory=list)
+    # cells of the row image (``after``, ``before`` of a delete), duplicates included, that are
+    # not the source's value of that version; a left-out cell may instead be marked absent
+    wrong: list[str] = field(default_factory=list)
+    completed: int = 0  # left-out cells completed with the source's value
+    absent: int = 0  # left-out cells marked absent
 
     def line(self) -> str:
         return (
             f"records={self.records} changes={self.changes} delivered={self.changes - self.duplicates} "
             f"tombstones={self.tombstones} "
             f"duplicates={self.duplicates} missing={self.missing} out_of_order_keys={len(self.out_of_order)} "
-            f"keys_in_several_partitions={len(self.split_keys)}"
+            f"keys_in_several_partitions={len(self.split_keys)} wrong_values={len(self.wrong)} "
+            f"left_out_cells: completed={self.completed} absent={self.absent}"
         )
+
+
+def _check_cells(report: OrderReport, payload: dict[str, Any], image: dict[str, Any], slot: tuple[str, int, int],
+                 stream: ChangeStream, duplicate: bool) -> None:
+    truth = stream.images.get(slot)
+    if truth is None:
+        report.wrong.append(f"{slot}: no such change")
+        return
+    for name, want in truth.items():
+        got = image.get(name)
+        if isinstance(want, int) and isinstance(got, str) and got.lstrip("-").isdigit():
+            got = int(got)
+        left_out = slot in stream.partial and name == "qty"
+        if left_out and got is None and name in (payload["source"].get("unavailable_after") or ()):
+            report.absent += 1
+        elif got != want:
+            report.wrong.append(f"{slot} {name}{' (a duplicate)' if duplicate else ''}: got {got!r}, the source had {want!r}")
+        elif left_out:
+            report.completed += 1
 
 
 def check_order(records: list[OutRecord], prefix: str, stream: ChangeStream) -> OrderReport:
     """Per key (in partition/offset order): the subsequence of first occurrences of each
     version must be exactly ``1, 2, ..., last`` (strictly increasing and complete); a version
-    seen again later is a replay duplicate and is ignored."""
+    seen again later is a replay duplicate and is ignored for the order. Every record's row
+    image, duplicates too, must hold the source's values of its version (:attr:`OrderReport.wrong`)."""
     report = OrderReport(records=len(records))
     seen: dict[tuple[str, int], list[int]] = defaultdict(list)
     firsts: dict[tuple[str, int], set[int]] = defaultdict(set)
@@ -390,6 +424,7 @@ def check_order(records: list[OutRecord], prefix: str, stream: ChangeStream) -> 
         report.changes += 1
         key = (table, kid)
         partitions[key].add(r.partition)
+        _check_cells(report, payload, image, (table, kid, ver), stream, ver in firsts[key])
         if ver in firsts[key]:
             report.duplicates += 1
             continue
