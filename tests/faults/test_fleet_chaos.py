@@ -36,10 +36,12 @@ import os
 import random
 import re
 import signal
+import subprocess
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -103,7 +105,7 @@ def schedule(rnd: random.Random) -> list[Event]:
 class Fleet:
     """The worker processes of the group: started, signalled, and how each one ended."""
 
-    config: dict[str, object]
+    config: dict[str, Any]
     tmp: Path
     rnd: random.Random
     live: list[WorkerProcess] = field(default_factory=list)
@@ -143,7 +145,9 @@ class Fleet:
             waited = time.monotonic()
             while time.monotonic() - waited < 5.0 and self.scrape(worker) == consumed:
                 time.sleep(0.1)
-            busy = f", killed while consuming after {time.monotonic() - waited:.1f}s"
+            moved = self.consumed.get(worker.process.name, 0) > consumed
+            busy = (f", killed while consuming (waited {time.monotonic() - waited:.1f}s)" if moved
+                    else ", not seen consuming for 5 s")
             consumed = self.consumed.get(worker.process.name, 0)
         up = time.monotonic() - self.born[worker.process.name]
         worker.process.process.send_signal(sig)
@@ -164,7 +168,7 @@ class Fleet:
             timeout = max(0.0, since + STOP_GRACE_S - time.monotonic()) if final else 0.0
             try:
                 code = worker.process.process.wait(timeout)
-            except Exception:  # subprocess.TimeoutExpired: still running
+            except subprocess.TimeoutExpired:  # still running
                 if time.monotonic() - since < STOP_GRACE_S:
                     left.append((worker, since))
                     continue
@@ -202,7 +206,7 @@ def test_fleet_chaos_loses_nothing(kafka_bootstrap: str, redis_url: str, tmp_pat
     topics = [sources[fmt] for fmt in stream.formats]
     entries = [{"name": topic, "format": fmt, "complete_partial_images": fmt == QLIK} for fmt, topic in sources.items()]
     config = worker_config(kafka_bootstrap, redis_url, f"{prefix}:", prefix, entries)
-    group = str(config["worker"]["app_id"])  # type: ignore[index]
+    group = config["worker"]["app_id"]
     rnd = random.Random(SEED)
     events = schedule(rnd)
     print(f"\nworkload: {stream.changes} changes {stream.counts} over {len(FORMATS)} tables {FORMATS}, "
@@ -212,7 +216,7 @@ def test_fleet_chaos_loses_nothing(kafka_bootstrap: str, redis_url: str, tmp_pat
                       for e in events)
     print(f"schedule (seed {SEED}): {steps}")
 
-    fleet = Fleet(config, tmp_path, rnd)  # type: ignore[arg-type]
+    fleet = Fleet(config, tmp_path, rnd)
     producer = SteadyProducer(kafka_bootstrap, topics, stream.messages, rate=stream.changes / PRODUCE_S)
     injected: list[str] = []
     ends: dict[str, dict[int, int]] = {}
