@@ -783,9 +783,15 @@ def create_app(
         state.assigned = set(assigned)
         for store in row_stores:
             store.clear_cache()
-        log.info("partitions assigned count=%d", len(assigned))
+        # the group generation names the rebalance, so the lines of all replicas line up
+        log.info("partitions assigned count=%d generation=%d", len(assigned), app.consumer_generation_id)
 
     app.on_partitions_assigned.connect(_assigned)  # type: ignore[arg-type]
+
+    async def _revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
+        log.info("partitions revoked count=%d generation=%d", len(revoked), app.consumer_generation_id)
+
+    app.on_partitions_revoked.connect(_revoked)  # type: ignore[arg-type]
 
     async def _stopping(sender: Any, **kwargs: Any) -> None:
         await processor.stop()

@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transforms.completion import complete_partial_images, row_key, table_enabled
+from transforms.completion import SEQUENCE_FIELD, complete_partial_images, row_key, table_enabled
 from transforms.connect import Column, ConnectType, TableSchema
 from transforms.envelope import (
     ChangeEvent,
@@ -230,3 +230,78 @@ def test_completed_images_equal_the_true_rows_however_batched(
     assert [e.after for e in out] == truth  # type: ignore[union-attr]
     assert store.image("k") == truth[-1]
     assert all(len(p[1]) == 1 for p in store.puts) and all(len(g[1]) <= 1 for g in store.gets)
+
+
+def seq_ev(op: str, seq: int, before: dict[str, Any] | None = None, after: dict[str, Any] | None = None) -> ChangeEvent:
+    return ChangeEvent(Operation(op), T, before, after, SourceInfo("qlik-json", sequence=f"{seq:08d}"))
+
+
+def test_a_replay_behind_the_stored_image_is_not_completed_from_it() -> None:
+    """At-least-once: a crash after the store moved on replays older changes; the stored image
+    is of a later version, so their absent columns stay absent and the store keeps its image."""
+    store = CountingStore()
+    first = [
+        seq_ev("c", 1, after={"id": "1", "a": "a1", "b": "b1"}),
+        seq_ev("u", 2, after={"id": "1", "a": "a2", "b": U}),  # b unchanged: b1
+        seq_ev("u", 3, after={"id": "1", "a": "a3", "b": "b3"}),
+    ]
+    assert [e.after for e in complete(list(first), store)] == [  # type: ignore[union-attr]
+        {"id": "1", "a": "a1", "b": "b1"}, {"id": "1", "a": "a2", "b": "b1"}, {"id": "1", "a": "a3", "b": "b3"}]
+    assert store.image("1") == {"id": "1", "a": "a3", "b": "b3", SEQUENCE_FIELD: "00000003"}
+    puts = len(store.puts)
+    replayed = complete(first[1:], store)  # the same changes again, from the second one
+    # not b3 (a later version's value): absent, as for a forgotten row
+    assert replayed[0].after == {"id": "1", "a": "a2", "b": U}  # type: ignore[union-attr]
+    assert replayed[1].after == {"id": "1", "a": "a3", "b": "b3"}  # type: ignore[union-attr]
+    assert store.image("1") == {"id": "1", "a": "a3", "b": "b3", SEQUENCE_FIELD: "00000003"}
+    assert len(store.puts) == puts + 1  # only the change at the stored sequence wrote (the same image)
+    # the change after the replayed ones completes from the right image
+    out = complete([seq_ev("u", 4, after={"id": "1", "a": "a4", "b": U})], store)
+    assert out[0].after == {"id": "1", "a": "a4", "b": "b3"}  # type: ignore[union-attr]
+
+
+def test_the_replay_of_the_stored_change_fills_after_not_before() -> None:
+    store = CountingStore()
+    complete([seq_ev("c", 1, after={"id": "1", "a": "a1", "b": "b1"}),
+              seq_ev("u", 2, before={"id": "1", "a": U, "b": U}, after={"id": "1", "a": "a2", "b": U})], store)
+    out = complete([seq_ev("u", 2, before={"id": "1", "a": U, "b": U}, after={"id": "1", "a": "a2", "b": U})], store)
+    assert out[0].after == {"id": "1", "a": "a2", "b": "b1"}  # type: ignore[union-attr]
+    assert out[0].before == {"id": "1", "a": U, "b": U}  # type: ignore[union-attr]  (a2 is not its before)
+
+
+def test_a_replay_with_nothing_absent_rewinds_the_store_and_the_rest_of_it_restores_it() -> None:
+    """A replayed change without absent columns does not read the store (reads are only for
+    partial images): its image replaces the stored one, and the replay, which goes on in order,
+    brings the store back to the last version."""
+    store = CountingStore()
+    events = [seq_ev("c", 1, after={"id": "1", "a": "a1", "b": "b1"}),
+              seq_ev("d", 2, before={"id": "1", "a": "a1", "b": "b1"}),
+              seq_ev("c", 3, after={"id": "1", "a": "a3", "b": "b3"}),
+              seq_ev("u", 4, after={"id": "1", "a": "a4", "b": U})]
+    complete(list(events), store)
+    replayed = complete(events[1:], store)
+    assert replayed[2].after == {"id": "1", "a": "a4", "b": "b3"}  # type: ignore[union-attr]
+    assert store.image("1") == {"id": "1", "a": "a4", "b": "b3", SEQUENCE_FIELD: "00000004"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(histories(), st.data())
+def test_replays_never_complete_with_another_versions_values(
+    case: tuple[list[dict[str, Any]], list[dict[str, Any]], list[int]], data: st.DataObject,
+) -> None:
+    """Changes 0..done-1 processed, then (a crash) processed again from ``start <= done`` to
+    the end: every completed cell is the true value of its own version (or stays absent), and
+    the last change and the store end with the true row."""
+    truth, sent, _ = case
+    events: list[Event] = [seq_ev("c", 0, after=sent[0]),
+                           *(seq_ev("u", i, after=a) for i, a in enumerate(sent[1:], 1))]
+    done = data.draw(st.integers(0, len(events)))
+    start = data.draw(st.integers(0, done))
+    store = CountingStore()
+    out = complete_partial_images(events[:done], store) + complete_partial_images(events[start:], store)
+    versions = [*range(done), *range(start, len(events))]
+    for i, event in zip(versions, out, strict=True):
+        after = event.after  # type: ignore[union-attr]
+        assert all(v == truth[i][k] or (v == U and sent[i][k] == U) for k, v in after.items()), (i, after, truth[i])
+    assert out[-1].after == truth[-1]  # type: ignore[union-attr]
+    assert {k: v for k, v in (store.image("k") or {}).items() if k != SEQUENCE_FIELD} == truth[-1]

@@ -15,6 +15,18 @@ Rules, per change of an enabled table that has a key:
   a column the stored image lacks stays unavailable; SQL NULLs are values and are kept;
 * the store then holds the new after-image (its known columns) under the new key; a delete
   removes the entry, and an update that changes the key removes the old one;
+* a change that carries ``source.sequence`` stores it with the image (under
+  :data:`SEQUENCE_FIELD`). A change with absent columns whose sequence is *older* than the stored
+  image's is a replay (at-least-once redelivery after a crash) of a change the store has already
+  moved past: the stored image belongs to a later version of the row, so it fills nothing (its
+  absent columns stay unavailable, the same degradation as a forgotten row) and the store is left
+  as it is. A change with the stored image's own sequence (its own replay, or a change sharing
+  its predecessor's sequence) fills ``after`` only: the stored image may be its own after-image,
+  which is not its before-image. A replayed change with nothing absent (the store is not read
+  for it) writes its image, as the original did; the replay goes on in source order, so the
+  store is back at the last version when it ends. This trusts the order the sink's merge
+  trusts (a key's sequences sort as text in source order). Changes without a (non-empty)
+  sequence are completed as before;
 * truncates, schema changes, transaction events and rows pass through untouched.
 
 Store access is batched: at most one ``get_rows`` and one ``put_rows`` per table per call,
@@ -35,7 +47,7 @@ from transforms.envelope import ChangeEvent, Event, Operation, key_payload
 from transforms.metadata import RowStateStore
 from transforms.values import UNAVAILABLE
 
-__all__ = ["TableSelector", "complete_partial_images", "row_key", "table_enabled"]
+__all__ = ["SEQUENCE_FIELD", "TableSelector", "complete_partial_images", "row_key", "table_enabled"]
 
 TableSelector = Collection[str] | Callable[[TableSchema], bool] | None
 """Which tables are completed: ``None`` (all), names, or a function of the table.
@@ -45,6 +57,9 @@ Names are ``db.table`` (db being the database, else schema, name), the fully qua
 """
 
 Image = dict[str, Any]
+
+SEQUENCE_FIELD = "__cdcnorm_sequence"
+"""Where a stored image keeps the ``source.sequence`` of the change that wrote it."""
 
 
 def table_enabled(tables: TableSelector, table: TableSchema) -> bool:
@@ -162,7 +177,16 @@ def complete_partial_images(
             continue
         change = plan.event
         stored = state.get((plan.store_table, plan.old_key))
-        before = _fill(change.before, stored)
+        sequence = change.source.sequence or None  # as the sink's ordering: an empty one is none
+        stored_sequence = stored.get(SEQUENCE_FIELD) if stored is not None else None
+        if sequence is not None and isinstance(stored_sequence, str) and stored_sequence > sequence:
+            # a replay of a change the store has moved past: the image is of a later version
+            before = change.before
+            after = _fill(change.after, before)
+            out.append(event if after is change.after else replace(change, after=after))
+            continue
+        same = sequence is not None and stored_sequence == sequence  # maybe its own after-image
+        before = change.before if same else _fill(change.before, stored)
         after = _fill(change.after, before, stored)
         pending = writes.setdefault(plan.store_table, {})
         if change.op is Operation.DELETE or after is None:
@@ -172,6 +196,8 @@ def complete_partial_images(
             if new_key != plan.old_key:
                 state[(plan.store_table, plan.old_key)] = pending[plan.old_key] = None
             image = _known(after)
+            if sequence is not None:
+                image[SEQUENCE_FIELD] = sequence
             pending.pop(new_key, None)  # keep write order = event order
             state[(plan.store_table, new_key)] = pending[new_key] = image
         if before is change.before and after is change.after:

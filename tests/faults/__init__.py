@@ -9,9 +9,21 @@ Real processes on loopback: Tansu (``service.local.start_tansu``), redis-server
   ``after-iceberg-commit``, ``after-kafka-commit``; see :func:`sink.faults.crash_point`).
 * ``test_redis_outage``: the worker's redis-server frozen (SIGSTOP) for 30 s.
 * ``test_broker_outage``: the broker frozen (SIGSTOP) for 30 s under a running worker and sink.
+* ``test_rebalance``: a second worker joins and later leaves while a Canal stream flows; no
+  committed offset may pass a change that never arrived.
+* ``test_redis_forgets``: ``FLUSHALL`` and a restart without persistence under ``qlik-json`` and
+  ``arcion-csv`` data whose metadata lives in the metadata log.
+* ``test_fleet_chaos``: 200 000 changes over 6 tables in 3 formats (``canal-json``,
+  ``maxwell-json``, ``qlik-json`` with its metadata messages), 3 source topics of 6 partitions, a
+  group of 3 workers; a seeded schedule SIGKILLs or SIGTERMs a worker 12 times (each replaced at
+  once), adds a 4th worker and removes one, while the stream flows. Then every change is on the
+  normalized topics in per-key order, every record (replays too) holds its version's values (Qlik
+  updates leaving a column out are completed from the row state), the DLQ is empty, every SIGTERMed worker left by itself
+  (exit 0 within 30 s), and one sink's Iceberg tables equal the history's final state.
 
 Knobs: ``CDCNORM_FAULT_CHANGES`` (changes streamed through the crash tests; default and CI
-value 100000, about 2 minutes for the worker part on 2 cores), ``CDCNORM_FAULT_OUTAGE_S``
-(outage length, default 30). Run ``pytest tests/faults -s`` (or ``-rP``) to see what each test
-injected and counted.
+value 100000, about 2 minutes for the worker part on 2 cores), ``CDCNORM_FLEET_CHANGES``
+(changes of the fleet test, default and CI value 200000, produced over 80 s; 3.5 to 4.5 minutes
+in all on 2 cores), ``CDCNORM_FAULT_OUTAGE_S`` (outage length, default 30). Run
+``pytest tests/faults -s`` (or ``-rP``) to see what each test injected and counted.
 """

@@ -16,8 +16,6 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,7 @@ import pytest
 
 from service.local import create_topics, wait_for
 from tests.faults.procs import worker_config
-from tests.faults.workload import DB, TABLES, check_order, generate, read_all
+from tests.faults.workload import DB, TABLES, SteadyProducer, check_order, generate, read_all
 from tests.service.harness import WorkerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(300)]
@@ -38,67 +36,6 @@ RATE = 250  # source messages per second
 MAX_CHANGES = 60_000  # the stream is produced until the scenario ends; this is only its bound
 # messages worker-1 consumes before worker-2 starts / after each rebalance settled
 WARMUP, AFTER_JOIN, AFTER_LEAVE = 600, 1000, 1000
-
-
-@dataclass
-class SteadyProducer:
-    """Produces the stream's messages at ``RATE`` per second in a thread until :meth:`finish`;
-    remembers the source partition and offset of each message from its delivery report."""
-
-    bootstrap: str
-    topic: str
-    messages: list[tuple[bytes, bytes]]
-    placed: dict[int, tuple[int, int]] = field(default_factory=dict)  # message index -> (partition, offset)
-    failed: list[str] = field(default_factory=list)
-    sent: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="steady-producer", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        from confluent_kafka import Producer
-
-        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
-
-        def report(index: int) -> Callable[[Any, Any], None]:
-            def delivered(err: Any, msg: Any) -> None:
-                if err is not None:
-                    self.failed.append(str(err))
-                else:
-                    self.placed[index] = (msg.partition(), msg.offset())
-
-            return delivered
-
-        tick, per_tick = 0.02, max(1, int(RATE * 0.02))
-        next_at = time.monotonic()
-        while not self._stop.is_set() and self.sent < len(self.messages):
-            for key, value in self.messages[self.sent:self.sent + per_tick]:
-                producer.produce(self.topic, value=value, key=key, on_delivery=report(self.sent))
-                self.sent += 1
-            producer.poll(0)
-            next_at += tick
-            time.sleep(max(0.0, next_at - time.monotonic()))
-        left = producer.flush(60)
-        if left:
-            self.failed.append(f"{left} messages not delivered")
-
-    def finish(self) -> int:
-        """Stop producing; returns how many messages were produced (all delivered)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(90)
-        assert not self.failed, self.failed[:3]
-        assert len(self.placed) == self.sent, f"{self.sent - len(self.placed)} delivery reports missing"
-        return self.sent
-
-    def ends(self) -> dict[int, int]:
-        ends: dict[int, int] = {}
-        for partition, offset in self.placed.values():
-            ends[partition] = max(ends.get(partition, 0), offset + 1)
-        return ends
 
 
 class CommitSampler:
@@ -165,7 +102,7 @@ def test_rebalance_mid_stream_loses_nothing(kafka_bootstrap: str, redis_url: str
     config = worker_config(kafka_bootstrap, redis_url, redis_prefix, prefix, [{"name": source, "format": "canal-json"}])
     group = config["worker"]["app_id"]
     full = generate(MAX_CHANGES, KEYS_PER_TABLE, SEED)
-    producer = SteadyProducer(kafka_bootstrap, source, full.messages)
+    producer = SteadyProducer(kafka_bootstrap, source, full.messages, RATE)
     sampler: CommitSampler | None = None
     injected: list[str] = []
     started = time.monotonic()

@@ -42,7 +42,7 @@ import redis
 
 from service.local import LocalProcess, create_topics, start_redis, wait_for
 from tests.faults.procs import committed_offsets, worker_config
-from tests.faults.workload import produce, read_all
+from tests.faults.workload import produce, qlik_data, qlik_metadata, read_all
 from tests.service.harness import WorkerProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(300)]
@@ -85,37 +85,6 @@ class Workload:
         ver = self._last.get((topic, kid), 0) + 1
         self._last[(topic, kid)] = ver
         return ver
-
-
-def _qlik_metadata(schema_id: str, table: str) -> bytes:
-    columns = {
-        name: {"ordinal": o, "type": t, "length": 40 if t == "STRING" else 0, "precision": 0, "scale": 0,
-               "primaryKeyPosition": pk, "nullable": pk == 0}
-        for name, (o, t, pk) in QLIK_COLUMNS.items()
-    }
-    return orjson.dumps({
-        "magic": "atMSG", "type": "MD", "headers": None, "messageSchemaId": schema_id, "messageSchema": None,
-        "message": {
-            "schemaId": schema_id,
-            "lineage": {"server": "rep-01", "task": "forgets", "schema": SCHEMA, "table": table, "tableVersion": 1,
-                        "timestamp": "2026-01-01T00:00:00.000"},
-            "tableStructure": {"tableColumns": columns},
-            "dataSchema": None,
-        },
-    })
-
-
-def _qlik_data(schema_id: str, op: str, row: dict[str, Any], mask: str, seq: int) -> bytes:
-    return orjson.dumps({
-        "magic": "atMSG", "type": "DT", "headers": None, "messageSchemaId": schema_id, "messageSchema": None,
-        "message": {
-            "data": {name: row.get(name) for name in QLIK_COLUMNS},
-            "beforeData": None,
-            "headers": {"operation": op, "changeSequence": f"{seq:035d}", "timestamp": "2026-01-01T00:00:01.000",
-                        "streamPosition": f"pos-{seq}", "transactionId": "", "changeMask": mask, "columnMask": mask,
-                        "transactionEventCounter": None, "transactionLastEvent": None},
-        },
-    })
 
 
 def _csv(fields: list[str]) -> bytes:
@@ -162,7 +131,7 @@ def _qlik_change(w: Workload, rnd: random.Random, prefix: str, schema_ids: dict[
     else:
         w._live[(topic, kid)] = row
     sent = row if mask == FULL_MASK else {k: row[k] for k in ("ID", "VER", "NAME")}
-    return f"{table}:{kid}".encode(), _qlik_data(schema_ids[table], op, sent, mask, seq)
+    return f"{table}:{kid}".encode(), qlik_data(schema_ids[table], op, sent, QLIK_COLUMNS, mask, seq)
 
 
 def _arcion_change(w: Workload, rnd: random.Random, prefix: str, kid: int, seq: int) -> tuple[bytes, bytes]:
@@ -190,7 +159,8 @@ def generate(seed: int, schema_ids: dict[str, str], prefix: str) -> Workload:
     three in four Qlik; each change bumps its key's version (``VER``/``ver``)."""
     rnd = random.Random(seed)
     w = Workload()
-    w.qlik_metadata = [(f"md:{t}".encode(), _qlik_metadata(schema_ids[t], t)) for t in QLIK_TABLES]
+    w.qlik_metadata = [(f"md:{t}".encode(), qlik_metadata(schema_ids[t], SCHEMA, t, QLIK_COLUMNS, "forgets"))
+                      for t in QLIK_TABLES]
     w.arcion_header = [(b"header", _csv(["id", "ver", "name"]))]
     seq = 0
     for n in PHASES:
