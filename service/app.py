@@ -45,9 +45,16 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-from service.config import ErrorPolicy, OutputClient, PipelineConfig, TopicEntry, build_chain_checked
+from service.config import (
+    ErrorPolicy,
+    OutputClient,
+    PipelineConfig,
+    TopicEntry,
+    WorkerConfig,
+    build_chain_checked,
+)
 from service.converters import RecordConverter, build_converter
-from service.dlq import dead_letter
+from service.dlq import OversizedMessageError, dead_letter, message_bytes, oversized_dead_letter
 from service.metrics import WorkerMetrics
 from service.output import BatchedOutput, Output, OutputProducer, Record
 from service.topics import valid_topic_name
@@ -68,6 +75,7 @@ __all__ = [
     "WorkerState",
     "create_app",
     "normalize_with_retry",
+    "output_message_bytes",
     "quiet_library_loggers",
     "run_worker",
 ]
@@ -84,7 +92,21 @@ the one before it is on its way to the broker."""
 BATCH_BYTES = 512 * 1024
 """Upper size of one produced record batch (one per output topic-partition and source batch)."""
 MAX_MESSAGE_BYTES = 4 * BATCH_BYTES
-"""Largest produce request (aiokafka) and record (librdkafka's ``message.max.bytes``)."""
+"""Largest produce request (aiokafka) and record (librdkafka's ``message.max.bytes``), unless
+:func:`output_message_bytes` needs more."""
+DLQ_HEADROOM_BYTES = 256 * 1024
+"""What a dead letter may add to its message: the context headers (a stack trace of at most 8000
+characters, the exception's message)."""
+
+
+def output_message_bytes(worker: WorkerConfig) -> int:
+    """The output producer's record size limit: :data:`MAX_MESSAGE_BYTES`, or more when the dead
+    letter of a message of ``worker.max_message_bytes`` needs it.
+
+    >>> output_message_bytes(WorkerConfig(max_message_bytes=8 * 1024 * 1024))
+    8650752
+    """
+    return max(MAX_MESSAGE_BYTES, worker.max_message_bytes + DLQ_HEADROOM_BYTES)
 
 
 def quiet_library_loggers(level: int = logging.INFO) -> None:
@@ -270,7 +292,11 @@ class Normalizer:
         (``errors: fail``); any other failure becomes a dead letter.
         """
         fmt = runtime.format_id
+        worker = self.config.worker
         try:
+            size = message_bytes(message)
+            if size > worker.max_message_bytes:
+                raise OversizedMessageError(size, worker.max_message_bytes)
             records = runtime.pipeline.process(message)
             if runtime.converter is not None:  # serialized here: a record it cannot write is a dead letter
                 records = runtime.converter.convert(records)
@@ -282,10 +308,15 @@ class Normalizer:
                     f"{type(exc).__name__} at {message.topic}[{message.partition}]@{message.offset} "
                     f"(errors: fail on {runtime.entry.label})"
                 ) from exc
-            letter = dead_letter(
-                message, exc, runtime.dlq_topic, fmt, self.config.worker.app_id,
-                context_headers=runtime.entry.dlq_context_headers,
-            )
+            if isinstance(exc, OversizedMessageError):  # never decoded: a prefix, sizes and sha256
+                letter = oversized_dead_letter(
+                    message, exc, worker.oversized_prefix_bytes, runtime.dlq_topic, fmt, worker.app_id
+                )
+            else:
+                letter = dead_letter(
+                    message, exc, runtime.dlq_topic, fmt, worker.app_id,
+                    context_headers=runtime.entry.dlq_context_headers,
+                )
             self.metrics.dlq.labels(message.topic, fmt, type(exc).__name__).inc()
             error_class, field_name = type(exc).__name__, getattr(exc, "field", None)
             if runtime.entry.log_errors:
@@ -660,7 +691,7 @@ def _faust_settings(config: PipelineConfig, data_dir: Path) -> dict[str, Any]:
         "producer_acks": -1,
         "producer_linger": 0.005,
         "producer_max_batch_size": BATCH_BYTES,
-        "producer_max_request_size": MAX_MESSAGE_BYTES,
+        "producer_max_request_size": output_message_bytes(config.worker),
         "topic_partitions": 4,
         "topic_allow_declare": True,
         "topic_disable_leader": True,
@@ -757,7 +788,7 @@ def create_app(
     else:
         from service.rdkafka import RdKafkaOutput, producer_config
 
-        output = RdKafkaOutput(producer_config(config.broker.librdkafka(), MAX_MESSAGE_BYTES))
+        output = RdKafkaOutput(producer_config(config.broker.librdkafka(), output_message_bytes(config.worker)))
     processor = BatchProcessor(
         normalizer,
         state,

@@ -28,6 +28,11 @@ Kafka Connect's ``DeadLetterQueueReporter`` adds, in its order and value formats
 ``__cdcnorm.format``                      the entry's format id
 ========================================  =====================================================
 
+A message larger than ``worker.max_message_bytes`` is not normalized, and its dead letter cannot
+carry it: :func:`oversized_dead_letter` writes a bounded prefix, the sizes and sha256 of the key
+and value (``__cdcnorm.oversized.*``) and always the context headers (stage ``KAFKA_CONSUME``),
+whose topic, partition and offset say where the original stays.
+
 >>> rec = dead_letter(Message(b"v", key=b"k", topic="t", partition=1, offset=7),
 ...                   ValueError("boom"), "dlq", "canal-json", "worker", task="worker-host-1")
 >>> dict(rec.headers)["__connect.errors.offset"], dict(rec.headers)["__connect.errors.task.id"]
@@ -36,6 +41,7 @@ Kafka Connect's ``DeadLetterQueueReporter`` adds, in its order and value formats
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import traceback
@@ -44,7 +50,7 @@ from functools import cache
 from types import TracebackType
 
 from transforms.decoders import Message
-from transforms.errors import DecodeError, TransformError
+from transforms.errors import CdcnormError, DecodeError, TransformError
 
 __all__ = [
     "CONTEXT_HEADERS",
@@ -59,9 +65,14 @@ __all__ = [
     "ERROR_TASK_ID",
     "ERROR_TOPIC",
     "FORMAT_HEADER",
+    "OVERSIZED_BYTES",
+    "OVERSIZED_HEADERS",
     "DeadLetter",
+    "OversizedMessageError",
     "dead_letter",
     "failure_stage",
+    "message_bytes",
+    "oversized_dead_letter",
     "task_id",
 ]
 
@@ -90,7 +101,28 @@ CONTEXT_HEADERS = (
     ERROR_STACKTRACE,
 )
 
+# what an oversized message's dead letter says about the original (oversized_dead_letter)
+OVERSIZED_BYTES = "__cdcnorm.oversized.bytes"
+OVERSIZED_LIMIT = "__cdcnorm.oversized.limit"
+OVERSIZED_PREFIX = "__cdcnorm.oversized.prefix.bytes"
+OVERSIZED_KEY_BYTES = "__cdcnorm.oversized.key.bytes"
+OVERSIZED_KEY_SHA256 = "__cdcnorm.oversized.key.sha256"
+OVERSIZED_VALUE_BYTES = "__cdcnorm.oversized.value.bytes"
+OVERSIZED_VALUE_SHA256 = "__cdcnorm.oversized.value.sha256"
+OVERSIZED_HEADERS_DROPPED = "__cdcnorm.oversized.headers.dropped"
+OVERSIZED_HEADERS = (
+    OVERSIZED_BYTES,
+    OVERSIZED_LIMIT,
+    OVERSIZED_PREFIX,
+    OVERSIZED_KEY_BYTES,
+    OVERSIZED_KEY_SHA256,
+    OVERSIZED_VALUE_BYTES,
+    OVERSIZED_VALUE_SHA256,
+    OVERSIZED_HEADERS_DROPPED,
+)
+
 # org.apache.kafka.connect.runtime.errors.Stage names
+KAFKA_CONSUME = "KAFKA_CONSUME"
 VALUE_CONVERTER = "VALUE_CONVERTER"
 TRANSFORMATION = "TRANSFORMATION"
 TASK_PUT = "TASK_PUT"
@@ -171,6 +203,8 @@ def failure_stage(exc: BaseException) -> tuple[str, str]:
             return VALUE_CONVERTER, EMIT
         if not task and not hasattr(owner, "f_globals"):
             task = _class_name(type(owner))
+    if isinstance(exc, OversizedMessageError):
+        return KAFKA_CONSUME, task or "service.app.Normalizer"
     if isinstance(exc, DecodeError):
         return VALUE_CONVERTER, task or _class_name(Decoder)
     if isinstance(exc, TransformError):
@@ -213,3 +247,87 @@ def dead_letter(
         (FORMAT_HEADER, format_id.encode()),
     )
     return DeadLetter(dlq_topic, message.key, message.value, (*message.headers, *context))
+
+
+class OversizedMessageError(CdcnormError):
+    """A source message is larger than ``worker.max_message_bytes``: it is not normalized.
+
+    >>> str(OversizedMessageError(52428810, 1048576))
+    'message of 52428810 bytes (key + value + headers) exceeds worker.max_message_bytes=1048576'
+    """
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f"message of {size} bytes (key + value + headers) exceeds worker.max_message_bytes={limit}")
+
+
+def _headers_bytes(headers: tuple[tuple[str, bytes], ...]) -> int:
+    return sum(len(k) + len(v or b"") for k, v in headers)
+
+
+def message_bytes(message: Message) -> int:
+    """The size of ``message`` that ``worker.max_message_bytes`` bounds: key + value + headers.
+
+    >>> message_bytes(Message(b"12345", key=b"k", headers=(("h", b"v"),)))
+    8
+    """
+    size = len(message.value) if message.value is not None else 0
+    if message.key is not None:
+        size += len(message.key)
+    if message.headers:
+        size += _headers_bytes(message.headers)
+    return size
+
+
+def oversized_dead_letter(
+    message: Message,
+    exc: OversizedMessageError,
+    prefix_bytes: int,
+    dlq_topic: str,
+    format_id: str,
+    connector: str,
+    *,
+    task: str | None = None,
+) -> DeadLetter:
+    """The DLQ record for a message larger than ``worker.max_message_bytes``.
+
+    It cannot carry the message, so it carries: the first ``prefix_bytes`` of the key and of the
+    value; the original headers when they fit in ``prefix_bytes`` together (else none, and
+    ``__cdcnorm.oversized.headers.dropped`` says how many); Connect's context headers always
+    (``dlq_context_headers: false`` included: the source topic, partition and offset are where
+    the original stays); then ``__cdcnorm.oversized.*``: the total size, the limit, the prefix
+    length, and the size and sha256 of the key and of the value. ``cdcnorm dlq replay`` does not
+    replay it (the original must be read from the source topic).
+
+    >>> letter = oversized_dead_letter(Message(b"x" * 3000, key=b"k", topic="t", partition=0, offset=9),
+    ...                                OversizedMessageError(3001, 2048), 4, "dlq", "canal-json", "w", task="w-1")
+    >>> letter.value, dict(letter.headers)["__cdcnorm.oversized.value.bytes"]
+    (b'xxxx', b'3000')
+    """
+    value, key, headers = message.value, message.key, tuple(message.headers)
+    kept_headers = headers if _headers_bytes(headers) <= prefix_bytes else ()
+    cut = Message(
+        None if value is None else value[:prefix_bytes],
+        None if key is None else key[:prefix_bytes],
+        message.topic, message.partition, message.offset, message.timestamp_ms, kept_headers,
+    )
+    letter = dead_letter(cut, exc, dlq_topic, format_id, connector, context_headers=True, task=task)
+    about: list[tuple[str, bytes]] = [
+        (OVERSIZED_BYTES, str(exc.size).encode()),
+        (OVERSIZED_LIMIT, str(exc.limit).encode()),
+        (OVERSIZED_PREFIX, str(prefix_bytes).encode()),
+    ]
+    if key is not None:
+        about += [
+            (OVERSIZED_KEY_BYTES, str(len(key)).encode()),
+            (OVERSIZED_KEY_SHA256, hashlib.sha256(key).hexdigest().encode()),
+        ]
+    if value is not None:
+        about += [
+            (OVERSIZED_VALUE_BYTES, str(len(value)).encode()),
+            (OVERSIZED_VALUE_SHA256, hashlib.sha256(value).hexdigest().encode()),
+        ]
+    if len(kept_headers) != len(headers):
+        about.append((OVERSIZED_HEADERS_DROPPED, str(len(headers)).encode()))
+    return DeadLetter(letter.topic, letter.key, letter.value, (*letter.headers, *about))
