@@ -373,6 +373,16 @@ class Normalizer:
 
 
 @dataclass(slots=True)
+class _Part:
+    """Source offsets and counts of the part of a fetched batch processed since the last handover."""
+
+    offsets: dict[Any, int] = field(default_factory=dict)
+    messages: int = 0
+    produced: dict[tuple[str, str], int] = field(default_factory=dict)
+    consumed: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class _InFlight:
     """A processed source batch whose output the broker has not acknowledged yet."""
 
@@ -380,6 +390,7 @@ class _InFlight:
     messages: int
     records: dict[tuple[str, str], int]
     output: dict[str, list[Record]]
+    nbytes: int = 0  # keys, values and headers of ``output``
     futures: list[Awaitable[Any]] = field(default_factory=list)
 
 
@@ -391,10 +402,17 @@ class BatchProcessor:
     collected per batch. Two tasks take it from there, both in batch order: the shipper hands a
     batch's output to the producer (waiting, when need be, for the producer to take earlier
     batches of the same partitions, so the processing never waits for it), and the acker awaits
-    the acknowledgements and only then makes the batch's source offsets :meth:`committable`. At
-    most ``max_inflight`` source messages wait for acknowledgements: :meth:`process` waits for
-    room before it starts a batch. A produce failure, or a message under ``errors: fail``,
-    calls ``on_fatal`` and stops processing; nothing after it becomes committable.
+    the acknowledgements and only then makes the batch's source offsets :meth:`committable`.
+
+    Back-pressure: at most ``max_inflight`` source messages, and about ``max_inflight_bytes`` of
+    their output and dead-letter records (keys, values, headers), wait for acknowledgements.
+    :meth:`process` waits for room before it starts a batch, and when the records of the batch in
+    progress reach the byte bound, it hands over the part done so far (its offsets with it) and
+    waits for room before it goes on. So what the producer holds, in Python and in librdkafka, is
+    at most ``max_inflight_bytes`` plus one message's records; nothing is dropped while it waits,
+    and no offset is committed before its records are acknowledged. A produce failure, or a
+    message under ``errors: fail``, calls ``on_fatal`` and stops processing; nothing after it
+    becomes committable.
     """
 
     def __init__(
@@ -406,11 +424,14 @@ class BatchProcessor:
         max_inflight: int,
         on_fatal: Callable[[BaseException], None],
         highwater: Callable[[Any], int | None] | None = None,
+        max_inflight_bytes: int | None = None,
     ) -> None:
         self.normalizer = normalizer
         self.state = state
         self.output = output
         self.max_inflight = max_inflight
+        self.max_inflight_bytes = max_inflight_bytes if max_inflight_bytes is not None else 1 << 62
+        self._inflight_bytes = 0
         self._on_fatal = on_fatal
         self._highwater = highwater
         self._to_ship: asyncio.Queue[_InFlight] = asyncio.Queue()
@@ -424,6 +445,8 @@ class BatchProcessor:
         self.failed: BaseException | None = None
         metrics = normalizer.metrics
         self._gauge = metrics.inflight
+        self._bytes_gauge = metrics.inflight_bytes
+        self._waits = metrics.backpressure_waits
         self._lag: dict[Any, Any] = {}
         self._lag_metric = metrics.consumer_lag
 
@@ -446,33 +469,43 @@ class BatchProcessor:
             await self._queue.join()
             self._fail(fatal)
 
+    def _full(self) -> bool:
+        return self._inflight >= self.max_inflight or self._inflight_bytes >= self.max_inflight_bytes
+
+    async def _wait_for_room(self) -> None:
+        if self._full():
+            self._waits.inc()
+            while self._full():
+                self._room.clear()
+                await self._room.wait()
+
     async def _process(self, records: Mapping[Any, Sequence[Any]]) -> FatalMessageError | None:
         fatal: FatalMessageError | None = None
         async with self._lock:
-            while self._inflight >= self.max_inflight:
-                self._room.clear()
-                await self._room.wait()
+            await self._wait_for_room()
             normalizer = self.normalizer
             runtime_for = normalizer.runtime_for
             normalize = normalizer.process
             output_topic = normalizer.output_topic
             topics = normalizer.topic_names  # output_topic's cache, read first
-            append = self.output.append
-            offsets: dict[Any, int] = {}
-            produced: dict[tuple[str, str], int] = {}
-            consumed: dict[tuple[str, str], int] = {}
-            messages = 0
+            output = self.output
+            append = output.append
+            room_bytes = self.max_inflight_bytes - self._inflight_bytes
+            part = _Part()
+            left = sum(len(batch) for batch in records.values())
             for tp, batch in records.items():
                 if not batch:
                     continue
                 topic = tp.topic
                 runtime = runtime_for(topic)
                 if runtime is None:  # not ours (e.g. a pattern matched an output topic): skip
-                    offsets[tp] = batch[-1].offset + 1
+                    part.offsets[tp] = batch[-1].offset + 1
+                    left -= len(batch)
                     continue
                 partition = tp.partition
                 out = 0
                 done = -1
+                n = 0
                 seconds: list[float] = []
                 for rec in batch:
                     started = perf_counter()
@@ -494,27 +527,49 @@ class BatchProcessor:
                         append(topics.get(r.topic) or output_topic(r.topic), r.key_bytes(), r.value_bytes(), r.headers)
                     out += len(outcome.records)
                     done = rec.offset
+                    n += 1
+                    left -= 1
                     seconds.append(perf_counter() - started)
+                    if left and output.pending_bytes >= room_bytes:
+                        # the byte bound: hand over what is done, wait for acknowledgements, go on
+                        normalizer.observe(runtime.format_id, seconds)
+                        self._count(part, tp, runtime, n, out, done)
+                        self._seal(part)
+                        part, n, out, seconds = _Part(), 0, 0, []
+                        await self._wait_for_room()
+                        room_bytes = self.max_inflight_bytes - self._inflight_bytes
                 normalizer.observe(runtime.format_id, seconds)
-                n = len(batch) if fatal is None else sum(1 for r in batch if r.offset <= done)
-                if n:
-                    offsets[tp] = done + 1
-                    messages += n
-                    key = (topic, runtime.format_id)
-                    consumed[key] = consumed.get(key, 0) + n
-                    if out:
-                        produced[key] = produced.get(key, 0) + out
-                    self._update_lag(tp, done)
+                self._count(part, tp, runtime, n, out, done)
                 if fatal is not None:
                     break
-            # inflight first, then messages_in, with no await in between: a scrape never sees
-            # all messages counted and nothing in flight while a batch is still unacknowledged
-            self._inflight += messages
-            self._gauge.inc(messages)
-            for (topic, fmt), n in consumed.items():
-                normalizer.count_in(topic, fmt, n)
-            self._to_ship.put_nowait(_InFlight(offsets, messages, produced, self.output.take()))
+            self._seal(part)
         return fatal
+
+    def _count(self, part: _Part, tp: Any, runtime: EntryRuntime, n: int, out: int, done: int) -> None:
+        """``n`` messages of ``tp`` up to offset ``done`` were processed into ``out`` records."""
+        if not n:
+            return
+        part.offsets[tp] = done + 1
+        part.messages += n
+        key = (tp.topic, runtime.format_id)
+        part.consumed[key] = part.consumed.get(key, 0) + n
+        if out:
+            part.produced[key] = part.produced.get(key, 0) + out
+        self._update_lag(tp, done)
+
+    def _seal(self, part: _Part) -> None:
+        """Hand the records appended so far, with ``part``'s offsets, to the shipper."""
+        output = self.output
+        nbytes = output.pending_bytes
+        # inflight first, then messages_in, with no await in between: a scrape never sees
+        # all messages counted and nothing in flight while a batch is still unacknowledged
+        self._inflight += part.messages
+        self._gauge.inc(part.messages)
+        self._inflight_bytes += nbytes
+        self._bytes_gauge.inc(nbytes)
+        for (topic, fmt), n in part.consumed.items():
+            self.normalizer.count_in(topic, fmt, n)
+        self._to_ship.put_nowait(_InFlight(part.offsets, part.messages, part.produced, output.take(), nbytes))
 
     def _update_lag(self, tp: Any, offset: int) -> None:
         if self._highwater is None:
@@ -579,7 +634,9 @@ class BatchProcessor:
                 count_out(topic, fmt, n)
             self._inflight -= item.messages
             self._gauge.dec(item.messages)
-            if self._inflight < self.max_inflight:
+            self._inflight_bytes -= item.nbytes
+            self._bytes_gauge.dec(item.nbytes)
+            if not self._full():
                 self._room.set()
             queue.task_done()
 
@@ -788,12 +845,15 @@ def create_app(
     else:
         from service.rdkafka import RdKafkaOutput, producer_config
 
-        output = RdKafkaOutput(producer_config(config.broker.librdkafka(), output_message_bytes(config.worker)))
+        output = RdKafkaOutput(
+            producer_config(config.broker.librdkafka(), output_message_bytes(config.worker), config.worker.max_inflight_bytes)
+        )
     processor = BatchProcessor(
         normalizer,
         state,
         output,
         max_inflight=config.worker.max_inflight,
+        max_inflight_bytes=config.worker.max_inflight_bytes,
         on_fatal=fatal,
         highwater=highwater if producer is None else None,
     )

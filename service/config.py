@@ -285,6 +285,13 @@ class WorkerConfig(_Section):
     max_inflight: int = Field(
         2000, gt=0, description="Messages whose output is sent but not yet acknowledged by the broker."
     )
+    max_inflight_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        le=1024**4,
+        description="Bytes (keys, values, headers) of output and dead-letter records sent but not yet acknowledged; "
+        "at the bound processing waits (the producer's buffer is sized from it).",
+    )
     commit_interval_s: float = Field(1.0, gt=0)
     output_client: OutputClient = Field(
         OutputClient.LIBRDKAFKA,

@@ -177,6 +177,7 @@ class Output(Protocol):
     :class:`service.rdkafka.RdKafkaOutput` (librdkafka, the default)."""
 
     pending: int
+    pending_bytes: int
 
     def append(self, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]] = ()) -> None:
         """Queue one record (no I/O)."""
@@ -197,6 +198,7 @@ class RecordQueue:
     def __init__(self) -> None:
         self._records: dict[str, list[Record]] = {}
         self.pending = 0
+        self.pending_bytes = 0  # keys, values and headers of the pending records
 
     def append(self, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]] = ()) -> None:
         """Queue one record (no I/O)."""
@@ -206,10 +208,17 @@ class RecordQueue:
         # both producers take the headers as a list (aiokafka's C record builder needs one)
         records.append((key, value, headers if type(headers) is list else list(headers)))
         self.pending += 1
+        size = 0 if value is None else len(value)
+        if key is not None:
+            size += len(key)
+        if headers:
+            for name, data in headers:
+                size += len(name) + len(data)
+        self.pending_bytes += size
 
     def take(self) -> dict[str, list[Record]]:
         """The records appended since the last :meth:`take`, per topic (for a later ``send``)."""
-        queued, self._records, self.pending = self._records, {}, 0
+        queued, self._records, self.pending, self.pending_bytes = self._records, {}, 0, 0
         return queued
 
 

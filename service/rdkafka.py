@@ -41,9 +41,17 @@ _POLL_INTERVAL_S = 0.002  # while records are unacknowledged
 _FULL_QUEUE_WAIT_S = 0.005  # librdkafka's local queue is full: let deliveries drain
 
 
-def producer_config(client: Mapping[str, Any], max_message_bytes: int) -> dict[str, Any]:
-    """librdkafka settings of the worker's producer on top of the broker connection ``client``."""
-    return {
+def producer_config(client: Mapping[str, Any], max_message_bytes: int, buffer_bytes: int | None = None) -> dict[str, Any]:
+    """librdkafka settings of the worker's producer on top of the broker connection ``client``.
+
+    ``buffer_bytes`` bounds librdkafka's queue of unacknowledged records
+    (``queue.buffering.max.kbytes``, 1 GiB by default); it is raised to hold at least two
+    records of ``max_message_bytes``, so a record always fits an empty queue.
+
+    >>> producer_config({}, 2 * 1024 * 1024, 1024 * 1024)["queue.buffering.max.kbytes"]
+    5120
+    """
+    config = {
         **client,
         "acks": "all",
         "enable.idempotence": True,
@@ -52,6 +60,9 @@ def producer_config(client: Mapping[str, Any], max_message_bytes: int) -> dict[s
         "message.max.bytes": max_message_bytes,
         "compression.type": "none",
     }
+    if buffer_bytes is not None:
+        config["queue.buffering.max.kbytes"] = min(-(-(buffer_bytes + 2 * max_message_bytes) // 1024), 2**31 - 1)
+    return config
 
 
 class _Delivery:

@@ -451,3 +451,40 @@ def test_batch_processor_does_not_wait_for_the_producer_to_take_batches() -> Non
     asyncio.run(run())
     ops = [orjson.loads(s[2])["payload"]["op"] if s[2] else None for s in producer.sent]
     assert sorted(ops, key=str) == sorted(["c", "c", "d", None], key=str)
+
+
+def test_batch_processor_waits_at_the_byte_bound_mid_batch_and_loses_nothing() -> None:
+    """worker.max_inflight_bytes: 30 dead letters of ~1 KiB in one fetched batch, bound 4 KiB. The
+    processor hands over parts of the batch and waits for their acknowledgements: never more than
+    the bound plus one message's records unacknowledged, no offset committable before its records
+    are acknowledged, every dead letter sent once and in order."""
+    cfg = parse_config({"topic_prefix": "out", "web": {"enabled": False}, "worker": {"max_inflight_bytes": 4096},
+                        "topics": [{"name": "src.canal", "format": "canal-json", "dlq_context_headers": False}]})
+    producer = FakeProducer()
+    app = create_app(cfg, normalizer=normalizer(cfg), producer=producer)
+    processor = app.cdcnorm_processor
+    tp = TP("src.canal", 0)
+    bad = [(b"k%02d" % i, b"{" + b"%02d" % i + b"x" * 1021) for i in range(30)]  # 1024 bytes + key: no JSON
+    peaks: list[int] = []
+
+    async def run() -> None:
+        task = asyncio.ensure_future(processor.process({tp: records("src.canal", 0, bad)}))
+        while not task.done():
+            await asyncio.sleep(0.01)
+            unacked = [b for b in producer.batches if not b[3].done()]
+            peaks.append(sum(len(k or b"") + len(v or b"") for *_, batch, _ in unacked for k, v, _ in batch.records))
+            acked_offsets = processor.committable().get(tp, 0)
+            acked_records = sum(len(b[2].records) for b in producer.batches if b[3].done())
+            assert acked_offsets <= acked_records  # nothing committable before it is acknowledged
+            if unacked:
+                unacked[0][3].set_result(None)  # the broker acknowledges one batch at a time
+        producer.ack()
+        await processor.drain()
+        assert processor.committable() == {tp: 30}
+        await processor.stop()
+
+    asyncio.run(asyncio.wait_for(run(), 10))
+    assert [(k, v) for _, k, v, _ in producer.sent] == bad
+    assert max(peaks) <= 4096 + 1027, peaks
+    assert len(producer.batches) >= 7  # handed over in parts of at most ~4 KiB
+    assert processor.normalizer.metrics.backpressure_waits._value.get() >= 6
