@@ -12,7 +12,11 @@ connection polls the table's size. Twice:
 * ``max_rows_per_table`` 1000000: all 1M images are kept, then 10000 more keys keep it at 1M.
 
 ``used_memory`` is measured before and after each run and printed with the bytes per image.
-Run with ``-s`` to see the figures.
+
+End to end, smaller: a worker process completes the Qlik partial updates of
+``test_redis_forgets``'s workload (120 keys per table) with ``max_rows_per_table`` 30: every
+table's row state stays within 30 images, and no completed cell holds a wrong value (evicted rows
+give placeholders). Run with ``-s`` to see the figures.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,8 +32,12 @@ from typing import Any
 import pytest
 import redis
 
-from service.local import LocalProcess, start_redis
+from service.local import LocalProcess, create_topics, start_redis
 from service.state import RedisRowStateStore, encode_row, redis_client
+from tests.faults.procs import wait_committed, worker_config
+from tests.faults.test_redis_forgets import QLIK_TABLES, SCHEMA, check, generate
+from tests.faults.workload import produce, read_all
+from tests.service.harness import WorkerProcess
 from transforms.completion import complete_partial_images, row_key
 from transforms.connect import Column, ConnectType, TableSchema
 from transforms.envelope import ChangeEvent, Operation, SourceInfo
@@ -183,3 +192,43 @@ def test_row_state_bound_equal_1m(own_redis: LocalProcess) -> None:
     assert size == bound and more_largest <= bound and more_evicted == 10_000 and keys == bound + 1
     assert complete_update(url, bound, 0)["qty"] is UNAVAILABLE
     assert complete_update(url, bound, KEYS + 9_999)["qty"] == image(KEYS + 9_999)["qty"]
+
+
+def test_row_state_bound_in_a_worker(kafka_bootstrap: str, own_redis: LocalProcess, tmp_path: Path) -> None:
+    bound = 30
+    prefix = f"rb{uuid.uuid4().hex[:8]}"
+    source = f"{prefix}-qlik"
+    schema_ids = {t: uuid.uuid4().hex.upper() for t in QLIK_TABLES}
+    w = generate(23, schema_ids, prefix)
+    outputs = [f"{prefix}.{SCHEMA}.{t}" for t in QLIK_TABLES]
+    create_topics(kafka_bootstrap, [source], partitions=1)
+    create_topics(kafka_bootstrap, outputs, partitions=2)
+    entry = {"name": source, "format": "qlik-json", "complete_partial_images": True,
+             "row_state": {"max_rows_per_table": bound}}
+    config = worker_config(kafka_bootstrap, own_redis.address, f"{prefix}:", prefix, [entry])
+    group = config["worker"]["app_id"]
+    worker = WorkerProcess(config, tmp_path)
+    try:
+        worker.wait_ready(90)
+        ends = produce(kafka_bootstrap, source, w.qlik_metadata)  # the metadata first, as Replicate sends it
+        wait_committed(kafka_bootstrap, group, source, ends, 60, worker)
+        for phase in w.qlik:
+            for p, end in produce(kafka_bootstrap, source, phase).items():
+                ends[p] = max(ends.get(p, 0), end)
+        wait_committed(kafka_bootstrap, group, source, ends, 120, worker)
+        dlq_metric = worker.total("cdcnorm_dlq_total")
+    finally:
+        worker.stop()
+    w.truth = {slot: row for slot, row in w.truth.items() if slot[0] in outputs}  # the arcion part is not sent
+    client = redis_client(own_redis.address)
+    sizes = {name.decode(): int(client.zcard(name)) for name in client.scan_iter(match=f"{prefix}:rowidx:*")}
+    images = sum(1 for _ in client.scan_iter(match=f"{prefix}:row:*"))
+    report = check(read_all(kafka_bootstrap, outputs, idle_s=2.0), w)
+    keys = {t: len({kid for (topic, kid, _) in w.truth if topic.endswith(f".{t}")}) for t in QLIK_TABLES}
+    print(f"\ninjected: {w.changes('qlik')} qlik changes ({len(w.partial)} partial updates) over keys per table "
+          f"{keys}, row_state.max_rows_per_table={bound}, one worker process")
+    print(f"counted: row-state sizes {sizes}, images in redis={images}; {report.line()}; dlq={dlq_metric:.0f}")
+    assert len(sizes) == len(QLIK_TABLES) and all(n <= bound for n in sizes.values())
+    assert images <= bound * len(QLIK_TABLES)
+    assert not report.missing and not report.wrong and dlq_metric == 0, (report.missing[:5], report.wrong[:5])
+    assert report.placeholders > 0, "no partial update met an evicted row"
