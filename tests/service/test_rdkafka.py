@@ -28,6 +28,18 @@ def test_producer_config_keeps_the_connection_settings_and_sets_delivery() -> No
     assert conf["acks"] == "all" and conf["enable.idempotence"] is True
     assert conf["partitioner"] == "murmur2_random"  # Java-compatible: same partition for a key
     assert conf["message.max.bytes"] == 2 << 20
+    assert "queue.buffering.max.kbytes" not in conf  # librdkafka's default unless a bound is given
+
+
+def test_producer_buffer_is_sized_from_worker_max_inflight_bytes() -> None:
+    """The queue holds the in-flight bound plus two of the largest records, so one always fits."""
+    from service.app import output_message_bytes
+    from service.config import WorkerConfig
+
+    worker = WorkerConfig(max_inflight_bytes=1 << 20, max_message_bytes=4 << 20)
+    conf = producer_config({}, output_message_bytes(worker), worker.max_inflight_bytes)
+    assert conf["message.max.bytes"] == (4 << 20) + (256 << 10)
+    assert conf["queue.buffering.max.kbytes"] == 1024 + 2 * (4096 + 256)
 
 
 def _read(bootstrap: str, topic: str, expected: int, timeout_s: float = 30.0) -> list[tuple[int, bytes, bytes, list]]:
