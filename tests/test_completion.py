@@ -230,3 +230,16 @@ def test_completed_images_equal_the_true_rows_however_batched(
     assert [e.after for e in out] == truth  # type: ignore[union-attr]
     assert store.image("k") == truth[-1]
     assert all(len(p[1]) == 1 for p in store.puts) and all(len(g[1]) <= 1 for g in store.gets)
+
+
+def test_the_in_memory_store_bounds_each_table_on_its_own() -> None:
+    store = InMemoryRowStateStore(max_rows=3)
+    for table in ("db.a", "db.b"):
+        store.put_rows(table, {str(k): {"id": k} for k in range(3)})
+    assert store.get_rows("db.a", ["0", "1", "2"]) == [{"id": 0}, {"id": 1}, {"id": 2}]  # b's images evict none of a's
+    store.put_rows("db.a", {"1": {"id": 1, "v": 2}})  # rewritten: the most recent
+    store.put_rows("db.a", {"3": {"id": 3}, "4": {"id": 4}})  # two more: the 2 least recently written go
+    assert store.get_rows("db.a", ["0", "1", "2", "3", "4"]) == [None, {"id": 1, "v": 2}, None, {"id": 3}, {"id": 4}]
+    assert store.get_rows("db.b", ["0", "1", "2"]) == [{"id": 0}, {"id": 1}, {"id": 2}]
+    store.put_rows("db.b", {"0": None})
+    assert store.get_rows("db.b", ["0", "1"]) == [None, {"id": 1}]
