@@ -95,8 +95,8 @@ MAX_MESSAGE_BYTES = 4 * BATCH_BYTES
 """Largest produce request (aiokafka) and record (librdkafka's ``message.max.bytes``), unless
 :func:`output_message_bytes` needs more."""
 DLQ_HEADROOM_BYTES = 256 * 1024
-"""What a dead letter may add to its message: the context headers (a stack trace of at most 8000
-characters, the exception's message)."""
+"""What a dead letter may add to its message: the context headers (a stack trace and an exception
+message of at most 8000 characters each)."""
 
 
 def output_message_bytes(worker: WorkerConfig) -> int:

@@ -22,8 +22,9 @@ Kafka Connect's ``DeadLetterQueueReporter`` adds, in its order and value formats
                                           step, ``transforms.envelope.emit`` or the worker's
                                           ``service.app.Normalizer``
 ``__connect.errors.exception.class.name`` ``module.QualifiedName`` of the exception
-``__connect.errors.exception.message``    ``str(exception)`` (empty when it has none; Java
-                                          writes a null header then)
+``__connect.errors.exception.message``    ``str(exception)``, its first 8000 characters
+                                          (empty when it has none; Java writes a null header
+                                          then)
 ``__connect.errors.exception.stacktrace`` the Python traceback (its last 8000 characters)
 ``__cdcnorm.format``                      the entry's format id
 ========================================  =====================================================
@@ -131,6 +132,7 @@ EMIT = "transforms.envelope.emit"
 _EMIT_MODULE = "transforms.envelope"
 
 _MAX_TRACE = 8000
+_MAX_MESSAGE = 8000  # characters of str(exception) kept (a decoder may quote a whole value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +244,7 @@ def dead_letter(
         (ERROR_STAGE, stage.encode()),
         (ERROR_EXECUTING_CLASS, executing.encode()),
         (ERROR_CLASS, _class_name(cls).encode()),
-        (ERROR_MESSAGE, str(exc).encode("utf-8", "replace")),
+        (ERROR_MESSAGE, str(exc)[:_MAX_MESSAGE].encode("utf-8", "replace")),
         (ERROR_STACKTRACE, trace.encode("utf-8", "replace")),
         (FORMAT_HEADER, format_id.encode()),
     )

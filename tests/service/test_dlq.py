@@ -149,6 +149,17 @@ def test_without_context_headers_the_dead_letter_is_the_original_record() -> Non
     assert (letter.topic, letter.key, letter.value, letter.headers) == ("dlq", b"k", b"v", (("h", b"1"),))
 
 
+def test_the_exception_message_header_is_capped_like_the_stack_trace() -> None:
+    message = Message(b"v", key=b"k", topic="t", partition=1, offset=7)
+    huge = ValueError("bad value " + "\u00e9" * 1_000_000)  # 2 MB once encoded: a quoted column value
+    headers = dict(dead_letter(message, huge, "dlq", "canal-json", "app", task="app-1").headers)
+    text = headers["__connect.errors.exception.message"].decode()
+    assert len(text) == 8000 and text == str(huge)[:8000]
+    assert len(headers["__connect.errors.exception.stacktrace"].decode()) == 8000
+    short = dict(dead_letter(message, ValueError("boom"), "dlq", "canal-json", "app", task="app-1").headers)
+    assert short["__connect.errors.exception.message"] == b"boom"
+
+
 def test_unraised_exceptions_and_unknown_positions() -> None:
     assert failure_stage(DecodeError("x", None, "bad")) == ("VALUE_CONVERTER", "transforms.decoders.base.Decoder")
     assert failure_stage(TransformError("mask", "bad")) == ("TRANSFORMATION", "transforms.smt.base.Transform")
