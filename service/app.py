@@ -54,9 +54,16 @@ from service.config import (
     build_chain_checked,
 )
 from service.converters import RecordConverter, build_converter
-from service.dlq import OversizedMessageError, dead_letter, message_bytes, oversized_dead_letter
+from service.dlq import (
+    OversizedMessageError,
+    RecordTooLargeError,
+    dead_letter,
+    message_bytes,
+    oversized_dead_letter,
+    too_large_dead_letter,
+)
 from service.metrics import WorkerMetrics
-from service.output import BatchedOutput, Output, OutputProducer, Record
+from service.output import BatchedOutput, Output, OutputProducer, Record, Refusal, record_wire_bytes
 from service.topics import valid_topic_name
 from transforms.decoders import Decoder, Message, create_decoder
 from transforms.envelope import EmitOptions, Event, OutRecord, TransactionEvent
@@ -76,6 +83,7 @@ __all__ = [
     "create_app",
     "normalize_with_retry",
     "output_message_bytes",
+    "output_record_bytes",
     "quiet_library_loggers",
     "run_worker",
 ]
@@ -101,12 +109,22 @@ message of at most 8000 characters each)."""
 
 def output_message_bytes(worker: WorkerConfig) -> int:
     """The output producer's record size limit: :data:`MAX_MESSAGE_BYTES`, or more when the dead
-    letter of a message of ``worker.max_message_bytes`` needs it.
+    letter of a message of ``worker.max_message_bytes`` (or ``worker.max_record_bytes``) needs it.
 
     >>> output_message_bytes(WorkerConfig(max_message_bytes=8 * 1024 * 1024))
     8650752
     """
-    return max(MAX_MESSAGE_BYTES, worker.max_message_bytes + DLQ_HEADROOM_BYTES)
+    return max(MAX_MESSAGE_BYTES, worker.max_message_bytes + DLQ_HEADROOM_BYTES, worker.max_record_bytes or 0)
+
+
+def output_record_bytes(worker: WorkerConfig) -> int:
+    """The largest output record the worker produces (:func:`service.output.record_wire_bytes`):
+    ``worker.max_record_bytes``, by default the producer's limit (:func:`output_message_bytes`).
+
+    >>> output_record_bytes(WorkerConfig()), output_record_bytes(WorkerConfig(max_record_bytes=100_000))
+    (2097152, 100000)
+    """
+    return worker.max_record_bytes or output_message_bytes(worker)
 
 
 def quiet_library_loggers(level: int = logging.INFO) -> None:
@@ -291,7 +309,6 @@ class Normalizer:
         Raises :class:`StateStoreError` (retry later) and :class:`FatalMessageError`
         (``errors: fail``); any other failure becomes a dead letter.
         """
-        fmt = runtime.format_id
         worker = self.config.worker
         try:
             size = message_bytes(message)
@@ -303,39 +320,51 @@ class Normalizer:
         except StateStoreError:
             raise
         except Exception as exc:
-            if runtime.entry.errors is ErrorPolicy.FAIL:
-                raise FatalMessageError(
-                    f"{type(exc).__name__} at {message.topic}[{message.partition}]@{message.offset} "
-                    f"(errors: fail on {runtime.entry.label})"
-                ) from exc
-            if isinstance(exc, OversizedMessageError):  # never decoded: a prefix, sizes and sha256
-                letter = oversized_dead_letter(
-                    message, exc, worker.oversized_prefix_bytes, runtime.dlq_topic, fmt, worker.app_id
-                )
-            else:
-                letter = dead_letter(
-                    message, exc, runtime.dlq_topic, fmt, worker.app_id,
-                    context_headers=runtime.entry.dlq_context_headers,
-                )
-            self.metrics.dlq.labels(message.topic, fmt, type(exc).__name__).inc()
-            error_class, field_name = type(exc).__name__, getattr(exc, "field", None)
-            if runtime.entry.log_errors:
-                log.warning(
-                    "dead-letter topic=%s partition=%s offset=%s format=%s error_class=%s field=%s dlq=%s",
-                    message.topic,
-                    message.partition,
-                    message.offset,
-                    fmt,
-                    error_class,
-                    field_name,
-                    runtime.dlq_topic,
-                    extra={"topic": message.topic, "partition": message.partition, "offset": message.offset,
-                           "format": fmt, "error_class": error_class, "field": field_name,
-                           "dlq_topic": runtime.dlq_topic},
-                )
-            log.debug("dead-letter detail: %s", exc)
-            return Outcome([], (letter.topic, letter.key, letter.value, letter.headers), type(exc).__name__)
+            return self.refuse(message, runtime, exc)
         return Outcome(records)
+
+    def refuse(self, message: Message, runtime: EntryRuntime, exc: Exception) -> Outcome:
+        """The outcome of ``message`` failed with ``exc`` after :meth:`process` (e.g. a
+        :class:`RecordTooLargeError`): its dead letter, or :class:`FatalMessageError` under
+        ``errors: fail``."""
+        fmt = runtime.format_id
+        worker = self.config.worker
+        if runtime.entry.errors is ErrorPolicy.FAIL:
+            raise FatalMessageError(
+                f"{type(exc).__name__} at {message.topic}[{message.partition}]@{message.offset} "
+                f"(errors: fail on {runtime.entry.label})"
+            ) from exc
+        if isinstance(exc, OversizedMessageError):  # never decoded: a prefix, sizes and sha256
+            letter = oversized_dead_letter(
+                message, exc, worker.oversized_prefix_bytes, runtime.dlq_topic, fmt, worker.app_id
+            )
+        elif isinstance(exc, RecordTooLargeError):  # the message, or its prefix when it is too large too
+            letter = too_large_dead_letter(
+                message, exc, worker.oversized_prefix_bytes, runtime.dlq_topic, fmt, worker.app_id
+            )
+        else:
+            letter = dead_letter(
+                message, exc, runtime.dlq_topic, fmt, worker.app_id,
+                context_headers=runtime.entry.dlq_context_headers,
+            )
+        self.metrics.dlq.labels(message.topic, fmt, type(exc).__name__).inc()
+        error_class, field_name = type(exc).__name__, getattr(exc, "field", None)
+        if runtime.entry.log_errors:
+            log.warning(
+                "dead-letter topic=%s partition=%s offset=%s format=%s error_class=%s field=%s dlq=%s",
+                message.topic,
+                message.partition,
+                message.offset,
+                fmt,
+                error_class,
+                field_name,
+                runtime.dlq_topic,
+                extra={"topic": message.topic, "partition": message.partition, "offset": message.offset,
+                       "format": fmt, "error_class": error_class, "field": field_name,
+                       "dlq_topic": runtime.dlq_topic},
+            )
+        log.debug("dead-letter detail: %s", exc)
+        return Outcome([], (letter.topic, letter.key, letter.value, letter.headers), type(exc).__name__)
 
     def observe(self, fmt: str, seconds: Sequence[float]) -> None:
         """Per-message normalization times of ``fmt`` (``cdcnorm_decode_seconds``), a batch at a time."""
@@ -380,6 +409,7 @@ class _Part:
     messages: int = 0
     produced: dict[tuple[str, str], int] = field(default_factory=dict)
     consumed: dict[tuple[str, str], int] = field(default_factory=dict)
+    sources: list[Message] = field(default_factory=list)  # by origin (Record's last field)
 
 
 @dataclass(slots=True)
@@ -392,6 +422,7 @@ class _InFlight:
     output: dict[str, list[Record]]
     nbytes: int = 0  # keys, values and headers of ``output``
     futures: list[Awaitable[Any]] = field(default_factory=list)
+    sources: list[Message] = field(default_factory=list)  # the source messages, by the records' origin
 
 
 class BatchProcessor:
@@ -431,6 +462,7 @@ class BatchProcessor:
         self.output = output
         self.max_inflight = max_inflight
         self.max_inflight_bytes = max_inflight_bytes if max_inflight_bytes is not None else 1 << 62
+        self.record_limit = output_record_bytes(normalizer.config.worker)
         self._inflight_bytes = 0
         self._on_fatal = on_fatal
         self._highwater = highwater
@@ -486,8 +518,7 @@ class BatchProcessor:
             normalizer = self.normalizer
             runtime_for = normalizer.runtime_for
             normalize = normalizer.process
-            output_topic = normalizer.output_topic
-            topics = normalizer.topic_names  # output_topic's cache, read first
+            encode = self._encode
             output = self.output
             append = output.append
             room_bytes = self.max_inflight_bytes - self._inflight_bytes
@@ -517,14 +548,19 @@ class BatchProcessor:
                         except StateStoreError as exc:
                             outcome = await normalize_with_retry(message, runtime, normalizer, self.state, exc)
                             started = perf_counter()  # the retries' waits are not the message's cost
+                        encoded = encode(outcome.records)
+                        if type(encoded) is RecordTooLargeError:  # checked before producing: a dead letter
+                            outcome, encoded = normalizer.refuse(message, runtime, encoded), []
                     except FatalMessageError as exc:
                         _log_fatal_message(message, exc)
                         fatal = exc
                         break
+                    output.origin = len(part.sources)  # a size refusal of its records dead-letters it
+                    part.sources.append(message)
                     if outcome.dlq is not None:
                         append(*outcome.dlq)
-                    for r in outcome.records:
-                        append(topics.get(r.topic) or output_topic(r.topic), r.key_bytes(), r.value_bytes(), r.headers)
+                    for record in encoded:  # type: ignore[union-attr]
+                        append(*record)
                     out += len(outcome.records)
                     done = rec.offset
                     n += 1
@@ -544,6 +580,24 @@ class BatchProcessor:
                     break
             self._seal(part)
         return fatal
+
+    def _encode(self, records: list[OutRecord]) -> list[tuple[str, bytes | None, bytes | None, Any]] | RecordTooLargeError:
+        """``records`` serialized for the output (topic, key, value, headers), or the error of the
+        first one larger than :attr:`record_limit` (``worker.max_record_bytes``)."""
+        if not records:
+            return []
+        normalizer = self.normalizer
+        topics = normalizer.topic_names  # output_topic's cache, read first
+        limit = self.record_limit
+        encoded = []
+        for r in records:
+            topic = topics.get(r.topic) or normalizer.output_topic(r.topic)
+            key, value = r.key_bytes(), r.value_bytes()
+            size = record_wire_bytes(key, value, r.headers)
+            if size > limit:
+                return RecordTooLargeError(topic, size, limit)
+            encoded.append((topic, key, value, r.headers))
+        return encoded
 
     def _count(self, part: _Part, tp: Any, runtime: EntryRuntime, n: int, out: int, done: int) -> None:
         """``n`` messages of ``tp`` up to offset ``done`` were processed into ``out`` records."""
@@ -569,7 +623,9 @@ class BatchProcessor:
         self._bytes_gauge.inc(nbytes)
         for (topic, fmt), n in part.consumed.items():
             self.normalizer.count_in(topic, fmt, n)
-        self._to_ship.put_nowait(_InFlight(part.offsets, part.messages, part.produced, output.take(), nbytes))
+        self._to_ship.put_nowait(
+            _InFlight(part.offsets, part.messages, part.produced, output.take(), nbytes, sources=part.sources)
+        )
 
     def _update_lag(self, tp: Any, offset: int) -> None:
         if self._highwater is None:
@@ -614,8 +670,13 @@ class BatchProcessor:
         while True:
             item = await queue.get()
             try:
+                refused: list[Refusal] = []
                 for fut in item.futures:
-                    await fut
+                    result = await fut
+                    if type(result) is list:
+                        refused += result
+                if refused:  # dead-letter their source messages before the offsets become committable
+                    await self._dead_letter_refused(item, refused)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -639,6 +700,40 @@ class BatchProcessor:
             if not self._full():
                 self._room.set()
             queue.task_done()
+
+    async def _dead_letter_refused(self, item: _InFlight, refused: list[Refusal]) -> None:
+        """Produce the dead letters of the source messages whose records were refused for their
+        size, and wait for their acknowledgement. Raises (the worker stops) when a refused record
+        has no source message, under ``errors: fail``, or when a dead letter is refused too."""
+        normalizer = self.normalizer
+        first: dict[int, Refusal] = {}
+        for refusal in refused:
+            if refusal.origin < 0 or refusal.origin >= len(item.sources):
+                raise RuntimeError(f"a record for {refusal.topic} was refused ({refusal.error}) and has no source message")
+            first.setdefault(refusal.origin, refusal)
+        letters: dict[str, list[Record]] = {}
+        for origin, refusal in first.items():
+            message = item.sources[origin]
+            runtime = normalizer.runtime_for(message.topic)
+            if runtime is None:
+                raise RuntimeError(f"a record for {refusal.topic} was refused ({refusal.error}); no entry for {message.topic}")
+            exc = RecordTooLargeError(refusal.topic, refusal.size, None, refusal.error,
+                                      cap=min(self.record_limit, refusal.size - 1))
+            try:
+                outcome = normalizer.refuse(message, runtime, exc)
+            except FatalMessageError as fatal:
+                _log_fatal_message(message, fatal)
+                raise
+            assert outcome.dlq is not None
+            topic, key, value, headers = outcome.dlq
+            letters.setdefault(topic, []).append((key, value, list(headers), -1))
+            counted = (message.topic, runtime.format_id)
+            lost = sum(1 for r in refused if r.origin == origin)
+            item.records[counted] = max(0, item.records.get(counted, 0) - lost)
+        for fut in await self.output.send(letters):
+            again = await fut
+            if type(again) is list and again:
+                raise RuntimeError(f"the dead letter of a refused record was refused too: {again[0].error}")
 
     def _fail(self, exc: BaseException) -> None:
         if self.failed is None:
@@ -846,7 +941,8 @@ def create_app(
         from service.rdkafka import RdKafkaOutput, producer_config
 
         output = RdKafkaOutput(
-            producer_config(config.broker.librdkafka(), output_message_bytes(config.worker), config.worker.max_inflight_bytes)
+            producer_config(config.broker.librdkafka(), output_message_bytes(config.worker),
+                            config.worker.max_inflight_bytes, config.worker.max_record_bytes)
         )
     processor = BatchProcessor(
         normalizer,

@@ -311,6 +311,15 @@ class WorkerConfig(_Section):
     oversized_prefix_bytes: int = Field(
         1024, ge=0, description="How many first bytes of an oversized message's key and value its dead letter carries."
     )
+    max_record_bytes: int | None = Field(
+        None,
+        ge=64 * 1024,
+        le=MAX_MESSAGE_BYTES_LIMIT,
+        description="Largest output or dead-letter record (key + value + headers and their framing) the worker "
+        "produces; set it to the output and DLQ topics' max.message.bytes. A normalized record above it "
+        "dead-letters its source message (service.dlq.RecordTooLargeError); a dead letter above it carries a "
+        "prefix of the message. Default: the output producer's message.max.bytes.",
+    )
 
     @field_validator("log_level")
     @classmethod

@@ -70,11 +70,13 @@ __all__ = [
     "OVERSIZED_HEADERS",
     "DeadLetter",
     "OversizedMessageError",
+    "RecordTooLargeError",
     "dead_letter",
     "failure_stage",
     "message_bytes",
     "oversized_dead_letter",
     "task_id",
+    "too_large_dead_letter",
 ]
 
 ERROR_TOPIC = "__connect.errors.topic"
@@ -124,6 +126,7 @@ OVERSIZED_HEADERS = (
 
 # org.apache.kafka.connect.runtime.errors.Stage names
 KAFKA_CONSUME = "KAFKA_CONSUME"
+KAFKA_PRODUCE = "KAFKA_PRODUCE"
 VALUE_CONVERTER = "VALUE_CONVERTER"
 TRANSFORMATION = "TRANSFORMATION"
 TASK_PUT = "TASK_PUT"
@@ -207,6 +210,8 @@ def failure_stage(exc: BaseException) -> tuple[str, str]:
             task = _class_name(type(owner))
     if isinstance(exc, OversizedMessageError):
         return KAFKA_CONSUME, task or "service.app.Normalizer"
+    if isinstance(exc, RecordTooLargeError):
+        return KAFKA_PRODUCE, task or "service.app.BatchProcessor"
     if isinstance(exc, DecodeError):
         return VALUE_CONVERTER, task or _class_name(Decoder)
     if isinstance(exc, TransformError):
@@ -264,6 +269,79 @@ class OversizedMessageError(CdcnormError):
         super().__init__(f"message of {size} bytes (key + value + headers) exceeds worker.max_message_bytes={limit}")
 
 
+class RecordTooLargeError(CdcnormError):
+    """A normalized record of a source message is too large for the output: the message is
+    dead-lettered instead of its records.
+
+    ``limit`` is the worker's (``worker.max_record_bytes``, checked before producing); without it
+    the refusal came from librdkafka or the broker (``error``). ``cap`` is the largest dead letter
+    that can be expected to pass: the limit, or less than the refused record.
+
+    >>> str(RecordTooLargeError("p.db.t", 200_000, 131_072))
+    'output record of 200000 bytes for topic p.db.t exceeds worker.max_record_bytes=131072 (checked before producing)'
+    >>> str(RecordTooLargeError("p.db.t", 200_000, None, "MSG_SIZE_TOO_LARGE: Broker: Message size too large", 131_072))
+    'output record of 200000 bytes for topic p.db.t refused: MSG_SIZE_TOO_LARGE: Broker: Message size too large'
+    """
+
+    def __init__(self, topic: str, size: int, limit: int | None, error: str | None = None, cap: int | None = None) -> None:
+        self.topic = topic
+        self.size = size
+        self.limit = limit
+        self.error = error
+        self.cap = cap if cap is not None else (limit if limit is not None else size - 1)
+        if error is None:
+            reason = f"exceeds worker.max_record_bytes={limit} (checked before producing)"
+        else:
+            reason = f"refused: {error}"
+        super().__init__(f"output record of {size} bytes for topic {topic} {reason}")
+
+
+RECORD_TOPIC = "__cdcnorm.too_large.topic"
+RECORD_BYTES = "__cdcnorm.too_large.bytes"
+RECORD_LIMIT = "__cdcnorm.too_large.limit"
+
+
+def letter_bytes(letter: DeadLetter) -> int:
+    """The dead letter's size as a record (:func:`service.output.record_wire_bytes`)."""
+    from service.output import record_wire_bytes
+
+    return record_wire_bytes(letter.key, letter.value, letter.headers)
+
+
+def too_large_dead_letter(
+    message: Message,
+    exc: RecordTooLargeError,
+    prefix_bytes: int,
+    dlq_topic: str,
+    format_id: str,
+    connector: str,
+    *,
+    task: str | None = None,
+) -> DeadLetter:
+    """The DLQ record for ``message`` whose normalized record was too large (``exc``).
+
+    It is the message unchanged with Connect's context headers always (``dlq_context_headers:
+    false`` included: the reason and the source coordinates are the point; stage
+    ``KAFKA_PRODUCE``), then ``__cdcnorm.too_large.topic``, ``.bytes`` and ``.limit`` (when the
+    worker's check refused it). When that is larger than ``exc.cap`` (the DLQ topic would refuse
+    it too), it takes :func:`oversized_dead_letter`'s form instead: a prefix, sizes and sha256.
+
+    >>> m = Message(b"v" * 100, key=b"k", topic="t", partition=0, offset=5)
+    >>> h = dict(too_large_dead_letter(m, RecordTooLargeError("o", 70_000, 65_536), 16, "dlq", "f", "w", task="w-1").headers)
+    >>> h["__connect.errors.stage"], h["__cdcnorm.too_large.bytes"], h["__cdcnorm.too_large.limit"]
+    (b'KAFKA_PRODUCE', b'70000', b'65536')
+    """
+    about = [(RECORD_TOPIC, exc.topic.encode()), (RECORD_BYTES, str(exc.size).encode())]
+    if exc.limit is not None:
+        about.append((RECORD_LIMIT, str(exc.limit).encode()))
+    letter = dead_letter(message, exc, dlq_topic, format_id, connector, context_headers=True, task=task)
+    letter = DeadLetter(letter.topic, letter.key, letter.value, (*letter.headers, *about))
+    if letter_bytes(letter) > exc.cap:
+        cut = oversized_dead_letter(message, exc, prefix_bytes, dlq_topic, format_id, connector, task=task)
+        letter = DeadLetter(cut.topic, cut.key, cut.value, (*cut.headers, *about))
+    return letter
+
+
 def _headers_bytes(headers: tuple[tuple[str, bytes], ...]) -> int:
     return sum(len(k) + len(v or b"") for k, v in headers)
 
@@ -284,7 +362,7 @@ def message_bytes(message: Message) -> int:
 
 def oversized_dead_letter(
     message: Message,
-    exc: OversizedMessageError,
+    exc: OversizedMessageError | RecordTooLargeError,
     prefix_bytes: int,
     dlq_topic: str,
     format_id: str,
@@ -300,7 +378,9 @@ def oversized_dead_letter(
     (``dlq_context_headers: false`` included: the source topic, partition and offset are where
     the original stays); then ``__cdcnorm.oversized.*``: the total size, the limit, the prefix
     length, and the size and sha256 of the key and of the value. ``cdcnorm dlq replay`` does not
-    replay it (the original must be read from the source topic).
+    replay it (the original must be read from the source topic). For a :class:`RecordTooLargeError`
+    whose source message does not fit a dead letter either, the size is the message's and the limit
+    the error's ``cap``.
 
     >>> letter = oversized_dead_letter(Message(b"x" * 3000, key=b"k", topic="t", partition=0, offset=9),
     ...                                OversizedMessageError(3001, 2048), 4, "dlq", "canal-json", "w", task="w-1")
@@ -315,9 +395,10 @@ def oversized_dead_letter(
         message.topic, message.partition, message.offset, message.timestamp_ms, kept_headers,
     )
     letter = dead_letter(cut, exc, dlq_topic, format_id, connector, context_headers=True, task=task)
+    size, limit = (exc.size, exc.limit) if isinstance(exc, OversizedMessageError) else (message_bytes(message), exc.cap)
     about: list[tuple[str, bytes]] = [
-        (OVERSIZED_BYTES, str(exc.size).encode()),
-        (OVERSIZED_LIMIT, str(exc.limit).encode()),
+        (OVERSIZED_BYTES, str(size).encode()),
+        (OVERSIZED_LIMIT, str(limit).encode()),
         (OVERSIZED_PREFIX, str(prefix_bytes).encode()),
     ]
     if key is not None:

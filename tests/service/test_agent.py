@@ -488,3 +488,40 @@ def test_batch_processor_waits_at_the_byte_bound_mid_batch_and_loses_nothing() -
     assert max(peaks) <= 4096 + 1027, peaks
     assert len(producer.batches) >= 7  # handed over in parts of at most ~4 KiB
     assert processor.normalizer.metrics.backpressure_waits._value.get() >= 6
+
+
+def test_a_record_above_max_record_bytes_dead_letters_its_message_and_the_rest_goes_on() -> None:
+    """The check before producing: the message of a too large record is dead-lettered whole (none
+    of its records produced), with the reason; the messages around it are not affected."""
+    wide = orjson.loads(CANAL_INSERT)
+    wide.update(type="UPDATE", data=[{"id": "9", "name": "w" * 40_000, "email": "w@x"}], old=[{"email": "v@x"}])
+    cfg = parse_config({"topic_prefix": "out", "web": {"enabled": False}, "worker": {"max_record_bytes": 65_536},
+                        "topics": [{"name": "src.canal", "format": "canal-json"}]})
+    producer = FakeProducer()
+    app = create_app(cfg, normalizer=normalizer(cfg), producer=producer)
+    processor = app.cdcnorm_processor
+    tp = TP("src.canal", 0)
+    source = orjson.dumps(wide)
+
+    async def run() -> None:
+        await processor.process({tp: records("src.canal", 0, [(b"a", CANAL_INSERT), (b"w", source), (b"b", CANAL_DELETE)])})
+        await processor.wait_sent()
+        producer.ack()
+        await processor.drain()
+        assert processor.committable() == {tp: 3}
+        await processor.stop()
+
+    asyncio.run(run())
+    sent = producer.sent
+    assert [s[0] for s in sent].count("out.shop.users") == 4  # 2 inserts, a delete and its tombstone
+    # the update's before and after images of the 40 kB row (80 kB) are refused, its 40 kB message is not
+    assert all(b"w" * 1000 not in (s[2] or b"") for s in sent if s[0] != "out.dlq")
+    ((_, key, value, headers),) = [s for s in sent if s[0] == "out.dlq"]
+    h = dict(headers)
+    assert (key, value) == (b"w", source)  # the source message itself: it fits
+    assert h[ERROR_CLASS] == b"service.dlq.RecordTooLargeError" and h["__connect.errors.stage"] == b"KAFKA_PRODUCE"
+    assert (h[ERROR_TOPIC], h[ERROR_PARTITION], h[ERROR_OFFSET]) == (b"src.canal", b"0", b"1")
+    assert h["__cdcnorm.too_large.topic"] == b"out.shop.users" and h["__cdcnorm.too_large.limit"] == b"65536"
+    assert int(h["__cdcnorm.too_large.bytes"]) > 65_536
+    assert b"exceeds worker.max_record_bytes=65536" in h["__connect.errors.exception.message"]
+    assert processor.normalizer.metrics.dlq.labels("src.canal", "canal-json", "RecordTooLargeError")._value.get() == 1

@@ -199,3 +199,6 @@ def test_bounds_have_defaults_and_bad_values_name_the_key() -> None:
     assert exc.key == "worker.max_message_bytes" and "less than or equal to 900000000" in exc.reason
     exc = error(base(row_state={"max_rows_per_table": 0}))
     assert exc.key == "topics[0].row_state.max_rows_per_table"
+    assert worker.max_record_bytes is None  # the producer's limit
+    exc = error({**base(), "worker": {"max_record_bytes": 1000}})
+    assert exc.key == "worker.max_record_bytes" and "greater than or equal to 65536" in exc.reason
