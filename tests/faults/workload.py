@@ -22,6 +22,7 @@ __all__ = [
     "ChangeStream",
     "OrderReport",
     "assert_tables_equal_expected",
+    "canal_message",
     "check_order",
     "generate",
     "produce",
@@ -51,7 +52,8 @@ class ChangeStream:
         return len(self.messages)
 
 
-def _canal(table: str, kind: str, row: Row, old: Row | None, ts: int) -> bytes:
+def canal_message(table: str, kind: str, row: Row, old: Row | None, ts: int) -> bytes:
+    """One single-row Canal JSON change of ``DB.table`` (the stream's column types)."""
     return orjson.dumps(
         {
             "data": [{k: str(v) for k, v in row.items()}],
@@ -97,7 +99,7 @@ def generate(n_changes: int, keys_per_table: int, seed: int) -> ChangeStream:
             kind, row, old = "DELETE", {**current, "ver": ver}, None
             del live[table][kid]
         out.counts[kind] += 1
-        out.messages.append((f"{table}:{kid}".encode(), _canal(table, kind, row, old, BASE_TS + i)))
+        out.messages.append((f"{table}:{kid}".encode(), canal_message(table, kind, row, old, BASE_TS + i)))
     return out
 
 
