@@ -26,7 +26,10 @@ default partitioner (murmur2 of the key bytes), so all changes of one key land i
 in order.
 
 A message that fails to decode or transform goes to the DLQ (``errors: dlq``) or stops the
-worker (``errors: fail``, deliberately, without committing it). A Redis outage
+worker (``errors: fail``, deliberately, without committing it). So does a message with a record
+too large for the output: above ``worker.max_record_bytes`` (checked before producing), or
+refused for its size by librdkafka or the broker (then the acker dead-letters the message, and
+its batch's offsets become committable only once the dead letter is acknowledged). A Redis outage
 (:class:`~transforms.errors.StateStoreError`) is retried with back-off and the message is neither
 committed nor dead-lettered; meanwhile consumption waits and ``/readyz`` says not ready.
 """
@@ -441,9 +444,11 @@ class BatchProcessor:
     progress reach the byte bound, it hands over the part done so far (its offsets with it) and
     waits for room before it goes on. So what the producer holds, in Python and in librdkafka, is
     at most ``max_inflight_bytes`` plus one message's records; nothing is dropped while it waits,
-    and no offset is committed before its records are acknowledged. A produce failure, or a
-    message under ``errors: fail``, calls ``on_fatal`` and stops processing; nothing after it
-    becomes committable.
+    and no offset is committed before its records are acknowledged. A record refused for its size
+    (:class:`service.output.Refusal`) dead-letters its source message (kept with the batch,
+    :attr:`_InFlight.sources`) before the batch's offsets become committable. Any other produce
+    failure, or a message under ``errors: fail``, calls ``on_fatal`` and stops processing; nothing
+    after it becomes committable.
     """
 
     def __init__(
