@@ -41,7 +41,7 @@ from service.app import BatchProcessor, Normalizer, WorkerState
 from service.config import parse_config
 from service.local import create_topics
 from service.rdkafka import RdKafkaOutput, producer_config
-from tests.faults.procs import committed_offsets, wait_committed, worker_config
+from tests.faults.procs import committed_offsets, dead_letter_line, wait_committed, worker_config
 from tests.faults.workload import BASE_TS, DB, TABLES, canal_message, check_order, generate, produce, read_all
 from tests.service.harness import WorkerProcess, read_topics
 from tests.service.test_agent import records
@@ -62,13 +62,6 @@ def wide_update(width: int) -> bytes:
 
 def _headers(letter: Any) -> dict[str, str]:
     return {k: v.decode() for k, v in letter.headers.items()}
-
-
-def _show(letter: Any) -> str:
-    h = _headers(letter)
-    return (f"key={letter.key!r} value={len(letter.value or b'')} bytes "
-            + " ".join(f"{k.rpartition('.')[2] if k.startswith('__connect') else k}={v}" for k, v in h.items()
-                       if not k.endswith("stacktrace")))
 
 
 def test_records_above_max_record_bytes_are_dead_lettered_and_the_stream_goes_on(
@@ -119,7 +112,7 @@ def test_records_above_max_record_bytes_are_dead_lettered_and_the_stream_goes_on
           f"{all_committed_s:.1f}s after ready; worker running={running}; records of table big={len(big_records)}; "
           f"{report.line()}")
     for letter in letters.values():
-        print(f"counted: dead letter {_show(letter)}")
+        print(f"counted: dead letter {dead_letter_line(letter)}")
     assert running and consumed == CHANGES + 2
     assert report.missing == 0 and not report.out_of_order and report.changes - report.duplicates == CHANGES
     assert [committed[p] for p in sorted(ends)] == [ends[p] for p in sorted(ends)]
@@ -187,7 +180,7 @@ def test_a_size_refusal_by_the_producer_dead_letters_the_source_message(kafka_bo
     print(f"counted: first committable offsets {first} with {letters_then} dead letter(s) readable then; "
           f"after draining {done} in {seconds:.1f}s; fatal={fatal}; {report.line()}; dead letters={len(letters)}")
     for letter in letters:
-        print(f"counted: dead letter {_show(letter)}")
+        print(f"counted: dead letter {dead_letter_line(letter)}")
     assert fatal == [] and done == {tp: len(values)}
     assert first[tp] > 150 and letters_then == 1  # the wide message's offset only with its dead letter acknowledged
     assert report.missing == 0 and not report.out_of_order and report.changes - report.duplicates == len(stream.messages)
