@@ -110,8 +110,10 @@ class _Delivery:
             return
         self.count_down()
 
-    def refuse(self, topic: str, origin: int, size: int, err: Any) -> None:
-        self.refused.append(Refusal(topic, origin, size, f"{err.name()}: {err.str()}"))
+    def refuse(self, topic: str, origin: int, size: int, err: Any, where: str = "") -> None:
+        """Record ``err`` refusing a record for its size; ``where`` says who refused, when it was
+        not the broker (librdkafka's local check reuses the broker's error and text)."""
+        self.refused.append(Refusal(topic, origin, size, f"{err.name()}{where}: {err.str()}"))
         log.warning("record refused for its size topic=%s bytes=%d error=%s", topic, size, err.name(),
                     extra={"topic": topic, "error_class": err.name()})
         self.count_down()
@@ -183,7 +185,8 @@ class RdKafkaOutput(RecordQueue):
                         err = exc.args[0]
                         if err.code() not in SIZE_ERRORS:
                             raise
-                        delivery.refuse(topic, source, record_wire_bytes(key, value, headers), err)
+                        where = f" (librdkafka's check, message.max.bytes={self._config.get('message.max.bytes')})"
+                        delivery.refuse(topic, source, record_wire_bytes(key, value, headers), err, where)
                         break
         self._ensure_poller()
         self._wake.set()
