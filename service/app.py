@@ -26,7 +26,10 @@ default partitioner (murmur2 of the key bytes), so all changes of one key land i
 in order.
 
 A message that fails to decode or transform goes to the DLQ (``errors: dlq``) or stops the
-worker (``errors: fail``, deliberately, without committing it). A Redis outage
+worker (``errors: fail``, deliberately, without committing it). So does a message with a record
+too large for the output: above ``worker.max_record_bytes`` (checked before producing), or
+refused for its size by librdkafka or the broker (then the acker dead-letters the message, and
+its batch's offsets become committable only once the dead letter is acknowledged). A Redis outage
 (:class:`~transforms.errors.StateStoreError`) is retried with back-off and the message is neither
 committed nor dead-lettered; meanwhile consumption waits and ``/readyz`` says not ready.
 """
@@ -45,11 +48,25 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any
 
-from service.config import ErrorPolicy, OutputClient, PipelineConfig, TopicEntry, build_chain_checked
+from service.config import (
+    ErrorPolicy,
+    OutputClient,
+    PipelineConfig,
+    TopicEntry,
+    WorkerConfig,
+    build_chain_checked,
+)
 from service.converters import RecordConverter, build_converter
-from service.dlq import dead_letter
+from service.dlq import (
+    OversizedMessageError,
+    RecordTooLargeError,
+    dead_letter,
+    message_bytes,
+    oversized_dead_letter,
+    too_large_dead_letter,
+)
 from service.metrics import WorkerMetrics
-from service.output import BatchedOutput, Output, OutputProducer, Record
+from service.output import BatchedOutput, Output, OutputProducer, Record, Refusal, record_wire_bytes
 from service.topics import valid_topic_name
 from transforms.decoders import Decoder, Message, create_decoder
 from transforms.envelope import EmitOptions, Event, OutRecord, TransactionEvent
@@ -68,6 +85,8 @@ __all__ = [
     "WorkerState",
     "create_app",
     "normalize_with_retry",
+    "output_message_bytes",
+    "output_record_bytes",
     "quiet_library_loggers",
     "run_worker",
 ]
@@ -84,7 +103,31 @@ the one before it is on its way to the broker."""
 BATCH_BYTES = 512 * 1024
 """Upper size of one produced record batch (one per output topic-partition and source batch)."""
 MAX_MESSAGE_BYTES = 4 * BATCH_BYTES
-"""Largest produce request (aiokafka) and record (librdkafka's ``message.max.bytes``)."""
+"""Largest produce request (aiokafka) and record (librdkafka's ``message.max.bytes``), unless
+:func:`output_message_bytes` needs more."""
+DLQ_HEADROOM_BYTES = 256 * 1024
+"""What a dead letter may add to its message: the context headers (a stack trace and an exception
+message of at most 8000 characters each)."""
+
+
+def output_message_bytes(worker: WorkerConfig) -> int:
+    """The output producer's record size limit: :data:`MAX_MESSAGE_BYTES`, or more when the dead
+    letter of a message of ``worker.max_message_bytes`` (or ``worker.max_record_bytes``) needs it.
+
+    >>> output_message_bytes(WorkerConfig(max_message_bytes=8 * 1024 * 1024))
+    8650752
+    """
+    return max(MAX_MESSAGE_BYTES, worker.max_message_bytes + DLQ_HEADROOM_BYTES, worker.max_record_bytes or 0)
+
+
+def output_record_bytes(worker: WorkerConfig) -> int:
+    """The largest output record the worker produces (:func:`service.output.record_wire_bytes`):
+    ``worker.max_record_bytes``, by default the producer's limit (:func:`output_message_bytes`).
+
+    >>> output_record_bytes(WorkerConfig()), output_record_bytes(WorkerConfig(max_record_bytes=100_000))
+    (2097152, 100000)
+    """
+    return worker.max_record_bytes or output_message_bytes(worker)
 
 
 def quiet_library_loggers(level: int = logging.INFO) -> None:
@@ -269,42 +312,62 @@ class Normalizer:
         Raises :class:`StateStoreError` (retry later) and :class:`FatalMessageError`
         (``errors: fail``); any other failure becomes a dead letter.
         """
-        fmt = runtime.format_id
+        worker = self.config.worker
         try:
+            size = message_bytes(message)
+            if size > worker.max_message_bytes:
+                raise OversizedMessageError(size, worker.max_message_bytes)
             records = runtime.pipeline.process(message)
             if runtime.converter is not None:  # serialized here: a record it cannot write is a dead letter
                 records = runtime.converter.convert(records)
         except StateStoreError:
             raise
         except Exception as exc:
-            if runtime.entry.errors is ErrorPolicy.FAIL:
-                raise FatalMessageError(
-                    f"{type(exc).__name__} at {message.topic}[{message.partition}]@{message.offset} "
-                    f"(errors: fail on {runtime.entry.label})"
-                ) from exc
+            return self.refuse(message, runtime, exc)
+        return Outcome(records)
+
+    def refuse(self, message: Message, runtime: EntryRuntime, exc: Exception) -> Outcome:
+        """The outcome of ``message`` failed with ``exc`` after :meth:`process` (e.g. a
+        :class:`RecordTooLargeError`): its dead letter, or :class:`FatalMessageError` under
+        ``errors: fail``."""
+        fmt = runtime.format_id
+        worker = self.config.worker
+        if runtime.entry.errors is ErrorPolicy.FAIL:
+            raise FatalMessageError(
+                f"{type(exc).__name__} at {message.topic}[{message.partition}]@{message.offset} "
+                f"(errors: fail on {runtime.entry.label})"
+            ) from exc
+        if isinstance(exc, OversizedMessageError):  # never decoded: a prefix, sizes and sha256
+            letter = oversized_dead_letter(
+                message, exc, worker.oversized_prefix_bytes, runtime.dlq_topic, fmt, worker.app_id
+            )
+        elif isinstance(exc, RecordTooLargeError):  # the message, or its prefix when it is too large too
+            letter = too_large_dead_letter(
+                message, exc, worker.oversized_prefix_bytes, runtime.dlq_topic, fmt, worker.app_id
+            )
+        else:
             letter = dead_letter(
-                message, exc, runtime.dlq_topic, fmt, self.config.worker.app_id,
+                message, exc, runtime.dlq_topic, fmt, worker.app_id,
                 context_headers=runtime.entry.dlq_context_headers,
             )
-            self.metrics.dlq.labels(message.topic, fmt, type(exc).__name__).inc()
-            error_class, field_name = type(exc).__name__, getattr(exc, "field", None)
-            if runtime.entry.log_errors:
-                log.warning(
-                    "dead-letter topic=%s partition=%s offset=%s format=%s error_class=%s field=%s dlq=%s",
-                    message.topic,
-                    message.partition,
-                    message.offset,
-                    fmt,
-                    error_class,
-                    field_name,
-                    runtime.dlq_topic,
-                    extra={"topic": message.topic, "partition": message.partition, "offset": message.offset,
-                           "format": fmt, "error_class": error_class, "field": field_name,
-                           "dlq_topic": runtime.dlq_topic},
-                )
-            log.debug("dead-letter detail: %s", exc)
-            return Outcome([], (letter.topic, letter.key, letter.value, letter.headers), type(exc).__name__)
-        return Outcome(records)
+        self.metrics.dlq.labels(message.topic, fmt, type(exc).__name__).inc()
+        error_class, field_name = type(exc).__name__, getattr(exc, "field", None)
+        if runtime.entry.log_errors:
+            log.warning(
+                "dead-letter topic=%s partition=%s offset=%s format=%s error_class=%s field=%s dlq=%s",
+                message.topic,
+                message.partition,
+                message.offset,
+                fmt,
+                error_class,
+                field_name,
+                runtime.dlq_topic,
+                extra={"topic": message.topic, "partition": message.partition, "offset": message.offset,
+                       "format": fmt, "error_class": error_class, "field": field_name,
+                       "dlq_topic": runtime.dlq_topic},
+            )
+        log.debug("dead-letter detail: %s", exc)
+        return Outcome([], (letter.topic, letter.key, letter.value, letter.headers), type(exc).__name__)
 
     def observe(self, fmt: str, seconds: Sequence[float]) -> None:
         """Per-message normalization times of ``fmt`` (``cdcnorm_decode_seconds``), a batch at a time."""
@@ -342,6 +405,17 @@ class Normalizer:
 
 
 @dataclass(slots=True)
+class _Part:
+    """Source offsets and counts of the part of a fetched batch processed since the last handover."""
+
+    offsets: dict[Any, int] = field(default_factory=dict)
+    messages: int = 0
+    produced: dict[tuple[str, str], int] = field(default_factory=dict)
+    consumed: dict[tuple[str, str], int] = field(default_factory=dict)
+    sources: list[Message] = field(default_factory=list)  # by origin (Record's last field)
+
+
+@dataclass(slots=True)
 class _InFlight:
     """A processed source batch whose output the broker has not acknowledged yet."""
 
@@ -349,7 +423,9 @@ class _InFlight:
     messages: int
     records: dict[tuple[str, str], int]
     output: dict[str, list[Record]]
+    nbytes: int = 0  # keys, values and headers of ``output``
     futures: list[Awaitable[Any]] = field(default_factory=list)
+    sources: list[Message] = field(default_factory=list)  # the source messages, by the records' origin
 
 
 class BatchProcessor:
@@ -360,10 +436,19 @@ class BatchProcessor:
     collected per batch. Two tasks take it from there, both in batch order: the shipper hands a
     batch's output to the producer (waiting, when need be, for the producer to take earlier
     batches of the same partitions, so the processing never waits for it), and the acker awaits
-    the acknowledgements and only then makes the batch's source offsets :meth:`committable`. At
-    most ``max_inflight`` source messages wait for acknowledgements: :meth:`process` waits for
-    room before it starts a batch. A produce failure, or a message under ``errors: fail``,
-    calls ``on_fatal`` and stops processing; nothing after it becomes committable.
+    the acknowledgements and only then makes the batch's source offsets :meth:`committable`.
+
+    Back-pressure: at most ``max_inflight`` source messages, and about ``max_inflight_bytes`` of
+    their output and dead-letter records (keys, values, headers), wait for acknowledgements.
+    :meth:`process` waits for room before it starts a batch, and when the records of the batch in
+    progress reach the byte bound, it hands over the part done so far (its offsets with it) and
+    waits for room before it goes on. So what the producer holds, in Python and in librdkafka, is
+    at most ``max_inflight_bytes`` plus one message's records; nothing is dropped while it waits,
+    and no offset is committed before its records are acknowledged. A record refused for its size
+    (:class:`service.output.Refusal`) dead-letters its source message (kept with the batch,
+    :attr:`_InFlight.sources`) before the batch's offsets become committable. Any other produce
+    failure, or a message under ``errors: fail``, calls ``on_fatal`` and stops processing; nothing
+    after it becomes committable.
     """
 
     def __init__(
@@ -375,11 +460,15 @@ class BatchProcessor:
         max_inflight: int,
         on_fatal: Callable[[BaseException], None],
         highwater: Callable[[Any], int | None] | None = None,
+        max_inflight_bytes: int | None = None,
     ) -> None:
         self.normalizer = normalizer
         self.state = state
         self.output = output
         self.max_inflight = max_inflight
+        self.max_inflight_bytes = max_inflight_bytes if max_inflight_bytes is not None else 1 << 62
+        self.record_limit = output_record_bytes(normalizer.config.worker)
+        self._inflight_bytes = 0
         self._on_fatal = on_fatal
         self._highwater = highwater
         self._to_ship: asyncio.Queue[_InFlight] = asyncio.Queue()
@@ -393,6 +482,8 @@ class BatchProcessor:
         self.failed: BaseException | None = None
         metrics = normalizer.metrics
         self._gauge = metrics.inflight
+        self._bytes_gauge = metrics.inflight_bytes
+        self._waits = metrics.backpressure_waits
         self._lag: dict[Any, Any] = {}
         self._lag_metric = metrics.consumer_lag
 
@@ -415,33 +506,42 @@ class BatchProcessor:
             await self._queue.join()
             self._fail(fatal)
 
+    def _full(self) -> bool:
+        return self._inflight >= self.max_inflight or self._inflight_bytes >= self.max_inflight_bytes
+
+    async def _wait_for_room(self) -> None:
+        if self._full():
+            self._waits.inc()
+            while self._full():
+                self._room.clear()
+                await self._room.wait()
+
     async def _process(self, records: Mapping[Any, Sequence[Any]]) -> FatalMessageError | None:
         fatal: FatalMessageError | None = None
         async with self._lock:
-            while self._inflight >= self.max_inflight:
-                self._room.clear()
-                await self._room.wait()
+            await self._wait_for_room()
             normalizer = self.normalizer
             runtime_for = normalizer.runtime_for
             normalize = normalizer.process
-            output_topic = normalizer.output_topic
-            topics = normalizer.topic_names  # output_topic's cache, read first
-            append = self.output.append
-            offsets: dict[Any, int] = {}
-            produced: dict[tuple[str, str], int] = {}
-            consumed: dict[tuple[str, str], int] = {}
-            messages = 0
+            encode = self._encode
+            output = self.output
+            append = output.append
+            room_bytes = self.max_inflight_bytes - self._inflight_bytes
+            part = _Part()
+            left = sum(len(batch) for batch in records.values())
             for tp, batch in records.items():
                 if not batch:
                     continue
                 topic = tp.topic
                 runtime = runtime_for(topic)
                 if runtime is None:  # not ours (e.g. a pattern matched an output topic): skip
-                    offsets[tp] = batch[-1].offset + 1
+                    part.offsets[tp] = batch[-1].offset + 1
+                    left -= len(batch)
                     continue
                 partition = tp.partition
                 out = 0
                 done = -1
+                n = 0
                 seconds: list[float] = []
                 for rec in batch:
                     started = perf_counter()
@@ -453,37 +553,84 @@ class BatchProcessor:
                         except StateStoreError as exc:
                             outcome = await normalize_with_retry(message, runtime, normalizer, self.state, exc)
                             started = perf_counter()  # the retries' waits are not the message's cost
+                        encoded = encode(outcome.records)
+                        if type(encoded) is RecordTooLargeError:  # checked before producing: a dead letter
+                            outcome, encoded = normalizer.refuse(message, runtime, encoded), []
                     except FatalMessageError as exc:
                         _log_fatal_message(message, exc)
                         fatal = exc
                         break
+                    output.origin = len(part.sources)  # a size refusal of its records dead-letters it
+                    part.sources.append(message)
                     if outcome.dlq is not None:
                         append(*outcome.dlq)
-                    for r in outcome.records:
-                        append(topics.get(r.topic) or output_topic(r.topic), r.key_bytes(), r.value_bytes(), r.headers)
+                    for record in encoded:  # type: ignore[union-attr]
+                        append(*record)
                     out += len(outcome.records)
                     done = rec.offset
+                    n += 1
+                    left -= 1
                     seconds.append(perf_counter() - started)
+                    if left and output.pending_bytes >= room_bytes:
+                        # the byte bound: hand over what is done, wait for acknowledgements, go on
+                        normalizer.observe(runtime.format_id, seconds)
+                        self._count(part, tp, runtime, n, out, done)
+                        self._seal(part)
+                        part, n, out, seconds = _Part(), 0, 0, []
+                        await self._wait_for_room()
+                        room_bytes = self.max_inflight_bytes - self._inflight_bytes
                 normalizer.observe(runtime.format_id, seconds)
-                n = len(batch) if fatal is None else sum(1 for r in batch if r.offset <= done)
-                if n:
-                    offsets[tp] = done + 1
-                    messages += n
-                    key = (topic, runtime.format_id)
-                    consumed[key] = consumed.get(key, 0) + n
-                    if out:
-                        produced[key] = produced.get(key, 0) + out
-                    self._update_lag(tp, done)
+                self._count(part, tp, runtime, n, out, done)
                 if fatal is not None:
                     break
-            # inflight first, then messages_in, with no await in between: a scrape never sees
-            # all messages counted and nothing in flight while a batch is still unacknowledged
-            self._inflight += messages
-            self._gauge.inc(messages)
-            for (topic, fmt), n in consumed.items():
-                normalizer.count_in(topic, fmt, n)
-            self._to_ship.put_nowait(_InFlight(offsets, messages, produced, self.output.take()))
+            self._seal(part)
         return fatal
+
+    def _encode(self, records: list[OutRecord]) -> list[tuple[str, bytes | None, bytes | None, Any]] | RecordTooLargeError:
+        """``records`` serialized for the output (topic, key, value, headers), or the error of the
+        first one larger than :attr:`record_limit` (``worker.max_record_bytes``)."""
+        if not records:
+            return []
+        normalizer = self.normalizer
+        topics = normalizer.topic_names  # output_topic's cache, read first
+        limit = self.record_limit
+        encoded = []
+        for r in records:
+            topic = topics.get(r.topic) or normalizer.output_topic(r.topic)
+            key, value = r.key_bytes(), r.value_bytes()
+            size = record_wire_bytes(key, value, r.headers)
+            if size > limit:
+                return RecordTooLargeError(topic, size, limit)
+            encoded.append((topic, key, value, r.headers))
+        return encoded
+
+    def _count(self, part: _Part, tp: Any, runtime: EntryRuntime, n: int, out: int, done: int) -> None:
+        """``n`` messages of ``tp`` up to offset ``done`` were processed into ``out`` records."""
+        if not n:
+            return
+        part.offsets[tp] = done + 1
+        part.messages += n
+        key = (tp.topic, runtime.format_id)
+        part.consumed[key] = part.consumed.get(key, 0) + n
+        if out:
+            part.produced[key] = part.produced.get(key, 0) + out
+        self._update_lag(tp, done)
+
+    def _seal(self, part: _Part) -> None:
+        """Hand the records appended so far, with ``part``'s offsets, to the shipper."""
+        output = self.output
+        nbytes = output.pending_bytes
+        # inflight first, then messages_in, with no await in between: a scrape never sees
+        # all messages counted and nothing in flight while a batch is still unacknowledged
+        self._inflight += part.messages
+        self._gauge.inc(part.messages)
+        self._inflight_bytes += nbytes
+        self._bytes_gauge.inc(nbytes)
+        for (topic, fmt), n in part.consumed.items():
+            self.normalizer.count_in(topic, fmt, n)
+        self._to_ship.put_nowait(
+            _InFlight(part.offsets, part.messages, part.produced, output.take(), nbytes, sources=part.sources)
+        )
 
     def _update_lag(self, tp: Any, offset: int) -> None:
         if self._highwater is None:
@@ -528,8 +675,13 @@ class BatchProcessor:
         while True:
             item = await queue.get()
             try:
+                refused: list[Refusal] = []
                 for fut in item.futures:
-                    await fut
+                    result = await fut
+                    if type(result) is list:
+                        refused += result
+                if refused:  # dead-letter their source messages before the offsets become committable
+                    await self._dead_letter_refused(item, refused)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -548,9 +700,45 @@ class BatchProcessor:
                 count_out(topic, fmt, n)
             self._inflight -= item.messages
             self._gauge.dec(item.messages)
-            if self._inflight < self.max_inflight:
+            self._inflight_bytes -= item.nbytes
+            self._bytes_gauge.dec(item.nbytes)
+            if not self._full():
                 self._room.set()
             queue.task_done()
+
+    async def _dead_letter_refused(self, item: _InFlight, refused: list[Refusal]) -> None:
+        """Produce the dead letters of the source messages whose records were refused for their
+        size, and wait for their acknowledgement. Raises (the worker stops) when a refused record
+        has no source message, under ``errors: fail``, or when a dead letter is refused too."""
+        normalizer = self.normalizer
+        first: dict[int, Refusal] = {}
+        for refusal in refused:
+            if refusal.origin < 0 or refusal.origin >= len(item.sources):
+                raise RuntimeError(f"a record for {refusal.topic} was refused ({refusal.error}) and has no source message")
+            first.setdefault(refusal.origin, refusal)
+        letters: dict[str, list[Record]] = {}
+        for origin, refusal in first.items():
+            message = item.sources[origin]
+            runtime = normalizer.runtime_for(message.topic)
+            if runtime is None:
+                raise RuntimeError(f"a record for {refusal.topic} was refused ({refusal.error}); no entry for {message.topic}")
+            exc = RecordTooLargeError(refusal.topic, refusal.size, None, refusal.error,
+                                      cap=min(self.record_limit, refusal.size - 1))
+            try:
+                outcome = normalizer.refuse(message, runtime, exc)
+            except FatalMessageError as fatal:
+                _log_fatal_message(message, fatal)
+                raise
+            assert outcome.dlq is not None
+            topic, key, value, headers = outcome.dlq
+            letters.setdefault(topic, []).append((key, value, list(headers), -1))
+            counted = (message.topic, runtime.format_id)
+            lost = sum(1 for r in refused if r.origin == origin)
+            item.records[counted] = max(0, item.records.get(counted, 0) - lost)
+        for fut in await self.output.send(letters):
+            again = await fut
+            if type(again) is list and again:
+                raise RuntimeError(f"the dead letter of a refused record was refused too: {again[0].error}")
 
     def _fail(self, exc: BaseException) -> None:
         if self.failed is None:
@@ -660,7 +848,7 @@ def _faust_settings(config: PipelineConfig, data_dir: Path) -> dict[str, Any]:
         "producer_acks": -1,
         "producer_linger": 0.005,
         "producer_max_batch_size": BATCH_BYTES,
-        "producer_max_request_size": MAX_MESSAGE_BYTES,
+        "producer_max_request_size": output_message_bytes(config.worker),
         "topic_partitions": 4,
         "topic_allow_declare": True,
         "topic_disable_leader": True,
@@ -757,12 +945,16 @@ def create_app(
     else:
         from service.rdkafka import RdKafkaOutput, producer_config
 
-        output = RdKafkaOutput(producer_config(config.broker.librdkafka(), MAX_MESSAGE_BYTES))
+        output = RdKafkaOutput(
+            producer_config(config.broker.librdkafka(), output_message_bytes(config.worker),
+                            config.worker.max_inflight_bytes, config.worker.max_record_bytes)
+        )
     processor = BatchProcessor(
         normalizer,
         state,
         output,
         max_inflight=config.worker.max_inflight,
+        max_inflight_bytes=config.worker.max_inflight_bytes,
         on_fatal=fatal,
         highwater=highwater if producer is None else None,
     )

@@ -97,6 +97,9 @@ __all__ = [
     "resolve_secret",
 ]
 
+MAX_MESSAGE_BYTES_LIMIT = 900_000_000
+"""Upper bound of ``worker.max_message_bytes``: a dead letter carries up to that many bytes plus
+its headers, and librdkafka refuses a ``message.max.bytes`` above 1000000000."""
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _TEMPLATE_FIELDS = frozenset({"prefix", "db", "schema", "table"})
 class ErrorPolicy(StrEnum):
@@ -117,7 +120,7 @@ CONNECT_ERROR_KEYS: dict[str, str] = {
 # errors.tolerance values (case-insensitive, as Connect reads them) -> ErrorPolicy
 _TOLERANCE = {"none": ErrorPolicy.FAIL, "all": ErrorPolicy.DLQ}
 # error types whose ctx names the key (below the model's loc) that the error is about
-_KEY_ERRORS = ("connect_key_conflict", "connect_key_value")
+_KEY_ERRORS = ("connect_key_conflict", "connect_key_value", "prefix_not_below_limit")
 
 
 def _connect_error_keys(data: Any) -> Any:
@@ -282,6 +285,13 @@ class WorkerConfig(_Section):
     max_inflight: int = Field(
         2000, gt=0, description="Messages whose output is sent but not yet acknowledged by the broker."
     )
+    max_inflight_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=1024,
+        le=1024**4,
+        description="Bytes (keys, values, headers) of output and dead-letter records sent but not yet acknowledged; "
+        "at the bound processing waits (the producer's buffer is sized from it).",
+    )
     commit_interval_s: float = Field(1.0, gt=0)
     output_client: OutputClient = Field(
         OutputClient.LIBRDKAFKA,
@@ -291,6 +301,25 @@ class WorkerConfig(_Section):
     retry_max_s: float = Field(30.0, gt=0)
     log_level: str = "INFO"
     data_dir: Path | None = Field(None, description="Faust data directory (default: a temp dir).")
+    max_message_bytes: int = Field(
+        1_048_576,
+        ge=1024,
+        le=MAX_MESSAGE_BYTES_LIMIT,
+        description="Largest source message (key + value + headers) the worker normalizes; a larger one is "
+        "dead-lettered with a prefix, its sizes and sha256 (service.dlq.oversized_dead_letter).",
+    )
+    oversized_prefix_bytes: int = Field(
+        1024, ge=0, description="How many first bytes of an oversized message's key and value its dead letter carries."
+    )
+    max_record_bytes: int | None = Field(
+        None,
+        ge=64 * 1024,
+        le=MAX_MESSAGE_BYTES_LIMIT,
+        description="Largest output or dead-letter record (key + value + headers and their framing) the worker "
+        "produces; set it to the output and DLQ topics' max.message.bytes. A normalized record above it "
+        "dead-letters its source message (service.dlq.RecordTooLargeError); a dead letter above it carries a "
+        "prefix of the message. Default: the output producer's message.max.bytes.",
+    )
 
     @field_validator("log_level")
     @classmethod
@@ -299,6 +328,16 @@ class WorkerConfig(_Section):
         if upper not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
             raise ValueError("expected DEBUG, INFO, WARNING, ERROR or CRITICAL")
         return upper
+
+    @model_validator(mode="after")
+    def _prefix_below_limit(self) -> WorkerConfig:
+        if self.oversized_prefix_bytes >= self.max_message_bytes:
+            raise PydanticCustomError(
+                "prefix_not_below_limit",
+                "must be below max_message_bytes ({limit}): the dead letter of an oversized message carries a prefix",
+                {"key": "oversized_prefix_bytes", "limit": self.max_message_bytes},
+            )
+        return self
 
 
 class MetadataLogConfig(_Section):

@@ -22,11 +22,17 @@ Kafka Connect's ``DeadLetterQueueReporter`` adds, in its order and value formats
                                           step, ``transforms.envelope.emit`` or the worker's
                                           ``service.app.Normalizer``
 ``__connect.errors.exception.class.name`` ``module.QualifiedName`` of the exception
-``__connect.errors.exception.message``    ``str(exception)`` (empty when it has none; Java
-                                          writes a null header then)
+``__connect.errors.exception.message``    ``str(exception)``, its first 8000 characters
+                                          (empty when it has none; Java writes a null header
+                                          then)
 ``__connect.errors.exception.stacktrace`` the Python traceback (its last 8000 characters)
 ``__cdcnorm.format``                      the entry's format id
 ========================================  =====================================================
+
+A message larger than ``worker.max_message_bytes`` is not normalized, and its dead letter cannot
+carry it: :func:`oversized_dead_letter` writes a bounded prefix, the sizes and sha256 of the key
+and value (``__cdcnorm.oversized.*``) and always the context headers (stage ``KAFKA_CONSUME``),
+whose topic, partition and offset say where the original stays.
 
 >>> rec = dead_letter(Message(b"v", key=b"k", topic="t", partition=1, offset=7),
 ...                   ValueError("boom"), "dlq", "canal-json", "worker", task="worker-host-1")
@@ -36,6 +42,7 @@ Kafka Connect's ``DeadLetterQueueReporter`` adds, in its order and value formats
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import traceback
@@ -44,7 +51,7 @@ from functools import cache
 from types import TracebackType
 
 from transforms.decoders import Message
-from transforms.errors import DecodeError, TransformError
+from transforms.errors import CdcnormError, DecodeError, TransformError
 
 __all__ = [
     "CONTEXT_HEADERS",
@@ -59,10 +66,17 @@ __all__ = [
     "ERROR_TASK_ID",
     "ERROR_TOPIC",
     "FORMAT_HEADER",
+    "OVERSIZED_BYTES",
+    "OVERSIZED_HEADERS",
     "DeadLetter",
+    "OversizedMessageError",
+    "RecordTooLargeError",
     "dead_letter",
     "failure_stage",
+    "message_bytes",
+    "oversized_dead_letter",
     "task_id",
+    "too_large_dead_letter",
 ]
 
 ERROR_TOPIC = "__connect.errors.topic"
@@ -90,7 +104,29 @@ CONTEXT_HEADERS = (
     ERROR_STACKTRACE,
 )
 
+# what an oversized message's dead letter says about the original (oversized_dead_letter)
+OVERSIZED_BYTES = "__cdcnorm.oversized.bytes"
+OVERSIZED_LIMIT = "__cdcnorm.oversized.limit"
+OVERSIZED_PREFIX = "__cdcnorm.oversized.prefix.bytes"
+OVERSIZED_KEY_BYTES = "__cdcnorm.oversized.key.bytes"
+OVERSIZED_KEY_SHA256 = "__cdcnorm.oversized.key.sha256"
+OVERSIZED_VALUE_BYTES = "__cdcnorm.oversized.value.bytes"
+OVERSIZED_VALUE_SHA256 = "__cdcnorm.oversized.value.sha256"
+OVERSIZED_HEADERS_DROPPED = "__cdcnorm.oversized.headers.dropped"
+OVERSIZED_HEADERS = (
+    OVERSIZED_BYTES,
+    OVERSIZED_LIMIT,
+    OVERSIZED_PREFIX,
+    OVERSIZED_KEY_BYTES,
+    OVERSIZED_KEY_SHA256,
+    OVERSIZED_VALUE_BYTES,
+    OVERSIZED_VALUE_SHA256,
+    OVERSIZED_HEADERS_DROPPED,
+)
+
 # org.apache.kafka.connect.runtime.errors.Stage names
+KAFKA_CONSUME = "KAFKA_CONSUME"
+KAFKA_PRODUCE = "KAFKA_PRODUCE"
 VALUE_CONVERTER = "VALUE_CONVERTER"
 TRANSFORMATION = "TRANSFORMATION"
 TASK_PUT = "TASK_PUT"
@@ -99,6 +135,7 @@ EMIT = "transforms.envelope.emit"
 _EMIT_MODULE = "transforms.envelope"
 
 _MAX_TRACE = 8000
+_MAX_MESSAGE = 8000  # characters of str(exception) kept (a decoder may quote a whole value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +208,10 @@ def failure_stage(exc: BaseException) -> tuple[str, str]:
             return VALUE_CONVERTER, EMIT
         if not task and not hasattr(owner, "f_globals"):
             task = _class_name(type(owner))
+    if isinstance(exc, OversizedMessageError):
+        return KAFKA_CONSUME, task or "service.app.Normalizer"
+    if isinstance(exc, RecordTooLargeError):
+        return KAFKA_PRODUCE, task or "service.app.BatchProcessor"
     if isinstance(exc, DecodeError):
         return VALUE_CONVERTER, task or _class_name(Decoder)
     if isinstance(exc, TransformError):
@@ -208,8 +249,168 @@ def dead_letter(
         (ERROR_STAGE, stage.encode()),
         (ERROR_EXECUTING_CLASS, executing.encode()),
         (ERROR_CLASS, _class_name(cls).encode()),
-        (ERROR_MESSAGE, str(exc).encode("utf-8", "replace")),
+        (ERROR_MESSAGE, str(exc)[:_MAX_MESSAGE].encode("utf-8", "replace")),
         (ERROR_STACKTRACE, trace.encode("utf-8", "replace")),
         (FORMAT_HEADER, format_id.encode()),
     )
     return DeadLetter(dlq_topic, message.key, message.value, (*message.headers, *context))
+
+
+class OversizedMessageError(CdcnormError):
+    """A source message is larger than ``worker.max_message_bytes``: it is not normalized.
+
+    >>> str(OversizedMessageError(52428810, 1048576))
+    'message of 52428810 bytes (key + value + headers) exceeds worker.max_message_bytes=1048576'
+    """
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f"message of {size} bytes (key + value + headers) exceeds worker.max_message_bytes={limit}")
+
+
+class RecordTooLargeError(CdcnormError):
+    """A normalized record of a source message is too large for the output: the message is
+    dead-lettered instead of its records.
+
+    ``limit`` is the worker's (``worker.max_record_bytes``, checked before producing); without it
+    the refusal came from librdkafka or the broker (``error``). ``cap`` is the largest dead letter
+    that can be expected to pass: the limit, or less than the refused record.
+
+    >>> str(RecordTooLargeError("p.db.t", 200_000, 131_072))
+    'output record of 200000 bytes for topic p.db.t exceeds worker.max_record_bytes=131072 (checked before producing)'
+    >>> str(RecordTooLargeError("p.db.t", 200_000, None, "MSG_SIZE_TOO_LARGE: Broker: Message size too large", 131_072))
+    'output record of 200000 bytes for topic p.db.t refused: MSG_SIZE_TOO_LARGE: Broker: Message size too large'
+    """
+
+    def __init__(self, topic: str, size: int, limit: int | None, error: str | None = None, cap: int | None = None) -> None:
+        self.topic = topic
+        self.size = size
+        self.limit = limit
+        self.error = error
+        self.cap = cap if cap is not None else (limit if limit is not None else size - 1)
+        if error is None:
+            reason = f"exceeds worker.max_record_bytes={limit} (checked before producing)"
+        else:
+            reason = f"refused: {error}"
+        super().__init__(f"output record of {size} bytes for topic {topic} {reason}")
+
+
+RECORD_TOPIC = "__cdcnorm.too_large.topic"
+RECORD_BYTES = "__cdcnorm.too_large.bytes"
+RECORD_LIMIT = "__cdcnorm.too_large.limit"
+
+
+def letter_bytes(letter: DeadLetter) -> int:
+    """The dead letter's size as a record (:func:`service.output.record_wire_bytes`)."""
+    from service.output import record_wire_bytes
+
+    return record_wire_bytes(letter.key, letter.value, letter.headers)
+
+
+def too_large_dead_letter(
+    message: Message,
+    exc: RecordTooLargeError,
+    prefix_bytes: int,
+    dlq_topic: str,
+    format_id: str,
+    connector: str,
+    *,
+    task: str | None = None,
+) -> DeadLetter:
+    """The DLQ record for ``message`` whose normalized record was too large (``exc``).
+
+    It is the message unchanged with Connect's context headers always (``dlq_context_headers:
+    false`` included: the reason and the source coordinates are the point; stage
+    ``KAFKA_PRODUCE``), then ``__cdcnorm.too_large.topic``, ``.bytes`` and ``.limit`` (when the
+    worker's check refused it). When that is larger than ``exc.cap`` (the DLQ topic would refuse
+    it too), it takes :func:`oversized_dead_letter`'s form instead: a prefix, sizes and sha256.
+
+    >>> m = Message(b"v" * 100, key=b"k", topic="t", partition=0, offset=5)
+    >>> h = dict(too_large_dead_letter(m, RecordTooLargeError("o", 70_000, 65_536), 16, "dlq", "f", "w", task="w-1").headers)
+    >>> h["__connect.errors.stage"], h["__cdcnorm.too_large.bytes"], h["__cdcnorm.too_large.limit"]
+    (b'KAFKA_PRODUCE', b'70000', b'65536')
+    """
+    about = [(RECORD_TOPIC, exc.topic.encode()), (RECORD_BYTES, str(exc.size).encode())]
+    if exc.limit is not None:
+        about.append((RECORD_LIMIT, str(exc.limit).encode()))
+    letter = dead_letter(message, exc, dlq_topic, format_id, connector, context_headers=True, task=task)
+    letter = DeadLetter(letter.topic, letter.key, letter.value, (*letter.headers, *about))
+    if letter_bytes(letter) > exc.cap:
+        cut = oversized_dead_letter(message, exc, prefix_bytes, dlq_topic, format_id, connector, task=task)
+        letter = DeadLetter(cut.topic, cut.key, cut.value, (*cut.headers, *about))
+    return letter
+
+
+def _headers_bytes(headers: tuple[tuple[str, bytes], ...]) -> int:
+    return sum(len(k) + len(v or b"") for k, v in headers)
+
+
+def message_bytes(message: Message) -> int:
+    """The size of ``message`` that ``worker.max_message_bytes`` bounds: key + value + headers.
+
+    >>> message_bytes(Message(b"12345", key=b"k", headers=(("h", b"v"),)))
+    8
+    """
+    size = len(message.value) if message.value is not None else 0
+    if message.key is not None:
+        size += len(message.key)
+    if message.headers:
+        size += _headers_bytes(message.headers)
+    return size
+
+
+def oversized_dead_letter(
+    message: Message,
+    exc: OversizedMessageError | RecordTooLargeError,
+    prefix_bytes: int,
+    dlq_topic: str,
+    format_id: str,
+    connector: str,
+    *,
+    task: str | None = None,
+) -> DeadLetter:
+    """The DLQ record for a message larger than ``worker.max_message_bytes``.
+
+    It cannot carry the message, so it carries: the first ``prefix_bytes`` of the key and of the
+    value; the original headers when they fit in ``prefix_bytes`` together (else none, and
+    ``__cdcnorm.oversized.headers.dropped`` says how many); Connect's context headers always
+    (``dlq_context_headers: false`` included: the source topic, partition and offset are where
+    the original stays); then ``__cdcnorm.oversized.*``: the total size, the limit, the prefix
+    length, and the size and sha256 of the key and of the value. ``cdcnorm dlq replay`` does not
+    replay it (the original must be read from the source topic). For a :class:`RecordTooLargeError`
+    whose source message does not fit a dead letter either, the size is the message's and the limit
+    the error's ``cap``.
+
+    >>> letter = oversized_dead_letter(Message(b"x" * 3000, key=b"k", topic="t", partition=0, offset=9),
+    ...                                OversizedMessageError(3001, 2048), 4, "dlq", "canal-json", "w", task="w-1")
+    >>> letter.value, dict(letter.headers)["__cdcnorm.oversized.value.bytes"]
+    (b'xxxx', b'3000')
+    """
+    value, key, headers = message.value, message.key, tuple(message.headers)
+    kept_headers = headers if _headers_bytes(headers) <= prefix_bytes else ()
+    cut = Message(
+        None if value is None else value[:prefix_bytes],
+        None if key is None else key[:prefix_bytes],
+        message.topic, message.partition, message.offset, message.timestamp_ms, kept_headers,
+    )
+    letter = dead_letter(cut, exc, dlq_topic, format_id, connector, context_headers=True, task=task)
+    size, limit = (exc.size, exc.limit) if isinstance(exc, OversizedMessageError) else (message_bytes(message), exc.cap)
+    about: list[tuple[str, bytes]] = [
+        (OVERSIZED_BYTES, str(size).encode()),
+        (OVERSIZED_LIMIT, str(limit).encode()),
+        (OVERSIZED_PREFIX, str(prefix_bytes).encode()),
+    ]
+    if key is not None:
+        about += [
+            (OVERSIZED_KEY_BYTES, str(len(key)).encode()),
+            (OVERSIZED_KEY_SHA256, hashlib.sha256(key).hexdigest().encode()),
+        ]
+    if value is not None:
+        about += [
+            (OVERSIZED_VALUE_BYTES, str(len(value)).encode()),
+            (OVERSIZED_VALUE_SHA256, hashlib.sha256(value).hexdigest().encode()),
+        ]
+    if len(kept_headers) != len(headers):
+        about.append((OVERSIZED_HEADERS_DROPPED, str(len(headers)).encode()))
+    return DeadLetter(letter.topic, letter.key, letter.value, (*letter.headers, *about))

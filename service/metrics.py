@@ -98,6 +98,16 @@ class WorkerMetrics:
         self.inflight = Gauge(
             "cdcnorm_inflight_messages", "Source messages processed but not yet acknowledged.", registry=r
         )
+        self.inflight_bytes = Gauge(
+            "cdcnorm_inflight_bytes",
+            "Bytes (keys, values, headers) of output and dead-letter records produced but not yet acknowledged.",
+            registry=r,
+        )
+        self.backpressure_waits = Counter(
+            "cdcnorm_backpressure_waits",
+            "Times processing waited for acknowledgements (worker.max_inflight or worker.max_inflight_bytes reached).",
+            registry=r,
+        )
         self.ready = Gauge("cdcnorm_ready", "1 when the worker reports ready.", registry=r)
 
     def redis_error(self, operation: str) -> None:

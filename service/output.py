@@ -14,6 +14,7 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 __all__ = [
@@ -23,9 +24,11 @@ __all__ = [
     "Record",
     "RecordBatchBuilder",
     "RecordQueue",
+    "Refusal",
     "key_partition",
     "murmur2",
     "murmur2_many",
+    "record_wire_bytes",
 ]
 
 _M = 0x5BD1E995
@@ -169,7 +172,40 @@ class OutputProducer(Protocol):
     async def send_batch(self, batch: Any, topic: str, *, partition: int) -> Awaitable[Any]: ...
 
 
-Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]
+Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int]
+"""key, value, headers, and the record's origin: the index of its source message among those
+handed over with it (``RecordQueue.origin`` when it was appended; -1 for none)."""
+
+RECORD_FRAMING_BYTES = 36
+"""What a record adds to its key and value in a v2 record batch, at most (librdkafka's
+``RD_KAFKAP_MESSAGE_V2_MAX_OVERHEAD``: length, attributes, timestamp and offset deltas, key and
+value lengths, header count)."""
+HEADER_FRAMING_BYTES = 10
+"""What a header adds to its name and value, at most (two length varints)."""
+
+
+def record_wire_bytes(key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]] = ()) -> int:
+    """An upper bound of the size of a record in a produce request: what librdkafka compares with
+    ``message.max.bytes`` before it accepts the record.
+
+    >>> record_wire_bytes(b"k", b"v" * 100, [("h", b"1")])
+    149
+    """
+    size = RECORD_FRAMING_BYTES + (0 if key is None else len(key)) + (0 if value is None else len(value))
+    for name, data in headers:
+        size += HEADER_FRAMING_BYTES + len(name) + (0 if data is None else len(data))
+    return size
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A record the producer or the broker refused because of its size (``MSG_SIZE_TOO_LARGE``):
+    the worker dead-letters its source message instead of stopping."""
+
+    topic: str
+    origin: int  # the record's origin (see :data:`Record`)
+    size: int  # record_wire_bytes of the record
+    error: str  # the error's name and text, e.g. "MSG_SIZE_TOO_LARGE: Broker: Message size too large"
 
 
 class Output(Protocol):
@@ -177,6 +213,8 @@ class Output(Protocol):
     :class:`service.rdkafka.RdKafkaOutput` (librdkafka, the default)."""
 
     pending: int
+    pending_bytes: int
+    origin: int
 
     def append(self, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]] = ()) -> None:
         """Queue one record (no I/O)."""
@@ -185,7 +223,9 @@ class Output(Protocol):
         """The records queued since the last call, per topic."""
 
     async def send(self, queued: dict[str, list[Record]] | None = None) -> list[Awaitable[Any]]:
-        """Produce ``queued``; futures that complete when the broker acknowledged all of it."""
+        """Produce ``queued``; futures that complete when the broker acknowledged all of it. A future
+        may complete with a list of :class:`Refusal`: records refused for their size, the others
+        acknowledged."""
 
     async def close(self) -> None:
         """Deliver what was sent and release the client (at shutdown, after the last send)."""
@@ -197,6 +237,8 @@ class RecordQueue:
     def __init__(self) -> None:
         self._records: dict[str, list[Record]] = {}
         self.pending = 0
+        self.pending_bytes = 0  # keys, values and headers of the pending records
+        self.origin = -1  # what the records appended now come from (set by the worker per source message)
 
     def append(self, topic: str, key: bytes | None, value: bytes | None, headers: Sequence[tuple[str, bytes]] = ()) -> None:
         """Queue one record (no I/O)."""
@@ -204,12 +246,19 @@ class RecordQueue:
         if records is None:
             records = self._records[topic] = []
         # both producers take the headers as a list (aiokafka's C record builder needs one)
-        records.append((key, value, headers if type(headers) is list else list(headers)))
+        records.append((key, value, headers if type(headers) is list else list(headers), self.origin))
         self.pending += 1
+        size = 0 if value is None else len(value)
+        if key is not None:
+            size += len(key)
+        if headers:
+            for name, data in headers:
+                size += len(name) + len(data)
+        self.pending_bytes += size
 
     def take(self) -> dict[str, list[Record]]:
         """The records appended since the last :meth:`take`, per topic (for a later ``send``)."""
-        queued, self._records, self.pending = self._records, {}, 0
+        queued, self._records, self.pending, self.pending_bytes = self._records, {}, 0, 0
         return queued
 
 
@@ -267,7 +316,7 @@ class BatchedOutput(RecordQueue):
         create, send = self._producer.create_batch, self._producer.send_batch
         batch = create()
         filled = 0
-        for key, value, headers in records:
+        for key, value, headers, _ in records:
             if batch.append(timestamp=None, key=key, value=value, headers=headers) is None:
                 if not filled:
                     raise ValueError(f"record of {len(value or b'')} bytes does not fit a batch for {topic}")

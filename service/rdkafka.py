@@ -18,6 +18,11 @@ Delivery guarantees are those of the aiokafka output:
 * :meth:`RdKafkaOutput.send` returns one future per call, which completes when the broker
   acknowledged every record of the call, or fails with the first delivery error. The worker
   commits a source batch's offsets only after that future.
+* A record refused for its size (``MSG_SIZE_TOO_LARGE``: by librdkafka's ``message.max.bytes``
+  check when it is produced, or by the broker, for the topic's ``max.message.bytes``, in its
+  delivery report) does not fail the future: the future's result lists it as a
+  :class:`~service.output.Refusal` (its topic, origin, size and error), and the worker
+  dead-letters its source message before it commits the offsets.
 
 Delivery callbacks are served by :meth:`confluent_kafka.Producer.poll` from a task on the event
 loop while records are unacknowledged, so they run on the loop's thread.
@@ -28,22 +33,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any
 
-from service.output import Record, RecordQueue
+from service.output import Record, RecordQueue, Refusal, record_wire_bytes
 
-__all__ = ["RdKafkaOutput", "producer_config"]
+__all__ = ["SIZE_ERRORS", "RdKafkaOutput", "producer_config"]
 
 log = logging.getLogger(__name__)
 
 _POLL_INTERVAL_S = 0.002  # while records are unacknowledged
 _FULL_QUEUE_WAIT_S = 0.005  # librdkafka's local queue is full: let deliveries drain
+SIZE_ERRORS = frozenset({10, 18})
+"""``MSG_SIZE_TOO_LARGE`` (a record above librdkafka's ``message.max.bytes``, or the broker's
+``RecordTooLargeException``: above the topic's ``max.message.bytes``) and
+``RECORD_LIST_TOO_LARGE``: refusals of a record for its size, reported as :class:`Refusal`."""
 
 
-def producer_config(client: Mapping[str, Any], max_message_bytes: int) -> dict[str, Any]:
-    """librdkafka settings of the worker's producer on top of the broker connection ``client``."""
-    return {
+def producer_config(client: Mapping[str, Any], max_message_bytes: int, buffer_bytes: int | None = None,
+                    batch_bytes: int | None = None) -> dict[str, Any]:
+    """librdkafka settings of the worker's producer on top of the broker connection ``client``.
+
+    ``buffer_bytes`` bounds librdkafka's queue of unacknowledged records
+    (``queue.buffering.max.kbytes``, 1 GiB by default); it is raised to hold at least two
+    records of ``max_message_bytes``, so a record always fits an empty queue. ``batch_bytes``
+    (``worker.max_record_bytes``) caps librdkafka's ``batch.size`` (1000000 by default), so a
+    batch of small records never exceeds a topic limit that takes the largest record.
+
+    >>> producer_config({}, 2 * 1024 * 1024, 1024 * 1024)["queue.buffering.max.kbytes"]
+    5120
+    """
+    config = {
         **client,
         "acks": "all",
         "enable.idempotence": True,
@@ -52,29 +73,55 @@ def producer_config(client: Mapping[str, Any], max_message_bytes: int) -> dict[s
         "message.max.bytes": max_message_bytes,
         "compression.type": "none",
     }
+    if batch_bytes is not None:
+        config["batch.size"] = min(batch_bytes, 1_000_000)
+    if buffer_bytes is not None:
+        config["queue.buffering.max.kbytes"] = min(-(-(buffer_bytes + 2 * max_message_bytes) // 1024), 2**31 - 1)
+    return config
 
 
 class _Delivery:
-    """Counts the acknowledgements of one :meth:`RdKafkaOutput.send` call down to zero."""
+    """Counts the acknowledgements of one :meth:`RdKafkaOutput.send` call down to zero; the
+    records refused for their size are collected, any other delivery error fails the call."""
 
-    __slots__ = ("future", "output", "remaining")
+    __slots__ = ("future", "output", "refused", "remaining")
 
-    def __init__(self, future: asyncio.Future[None], remaining: int, output: RdKafkaOutput) -> None:
+    def __init__(self, future: asyncio.Future[list[Refusal]], remaining: int, output: RdKafkaOutput) -> None:
         self.future = future
         self.remaining = remaining
         self.output = output
+        self.refused: list[Refusal] = []
 
     def delivered(self, err: Any, msg: Any) -> None:
+        """librdkafka's delivery report of a record without a source message (origin -1)."""
+        self.delivered_from(-1, err, msg)
+
+    def delivered_from(self, origin: int, err: Any, msg: Any) -> None:
+        """The delivery report of a record of source message ``origin``."""
         self.output.unacked -= 1
         if err is not None:
-            if not self.future.done():
-                from confluent_kafka import KafkaException
+            if err.code() not in SIZE_ERRORS:
+                if not self.future.done():
+                    from confluent_kafka import KafkaException
 
-                self.future.set_exception(KafkaException(err))
+                    self.future.set_exception(KafkaException(err))
+                return
+            self.refuse(msg.topic(), origin, record_wire_bytes(msg.key(), msg.value(), msg.headers() or ()), err)
             return
+        self.count_down()
+
+    def refuse(self, topic: str, origin: int, size: int, err: Any, where: str = "") -> None:
+        """Record ``err`` refusing a record for its size; ``where`` says who refused, when it was
+        not the broker (librdkafka's local check reuses the broker's error and text)."""
+        self.refused.append(Refusal(topic, origin, size, f"{err.name()}{where}: {err.str()}"))
+        log.warning("record refused for its size topic=%s bytes=%d error=%s", topic, size, err.name(),
+                    extra={"topic": topic, "error_class": err.name()})
+        self.count_down()
+
+    def count_down(self) -> None:
         self.remaining -= 1
         if self.remaining == 0 and not self.future.done():
-            self.future.set_result(None)
+            self.future.set_result(self.refused)
 
 
 class RdKafkaOutput(RecordQueue):
@@ -103,29 +150,44 @@ class RdKafkaOutput(RecordQueue):
     async def send(self, queued: dict[str, list[Record]] | None = None) -> list[Awaitable[Any]]:
         """Produce ``queued`` (default: every record appended so far); one future for all of them.
 
-        Raises when librdkafka refuses a record (e.g. larger than ``message.max.bytes``); the
-        records produced before it are still delivered, and the caller commits none of them.
+        The future's result lists the records refused for their size (:class:`Refusal`; by
+        librdkafka's check in ``produce()`` or by the broker); it fails on any other delivery
+        error. Raises when librdkafka refuses a record for another reason; the records produced
+        before it are still delivered, and the caller commits none of them.
         """
         if queued is None:
             queued = self.take()
         total = sum(len(records) for records in queued.values())
         if not total:
             return []
+        from confluent_kafka import KafkaException
+
         producer = self._client()
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        delivered = _Delivery(future, total, self).delivered
+        future: asyncio.Future[list[Refusal]] = asyncio.get_running_loop().create_future()
+        delivery = _Delivery(future, total, self)
         produce = producer.produce
         for topic, records in queued.items():
-            for key, value, headers in records:
+            origin = -1
+            delivered: Callable[[Any, Any], None] = delivery.delivered
+            for key, value, headers, source in records:
+                if source != origin:  # one callback per source message, not per record
+                    origin, delivered = source, partial(delivery.delivered_from, source)
                 while True:
                     try:
                         produce(topic, value, key, headers=headers or None, on_delivery=delivered)
+                        self.unacked += 1
                         break
                     except BufferError:  # the local queue is full: serve deliveries, then retry
                         self._wake.set()
                         producer.poll(0)
                         await asyncio.sleep(_FULL_QUEUE_WAIT_S)
-                self.unacked += 1
+                    except KafkaException as exc:
+                        err = exc.args[0]
+                        if err.code() not in SIZE_ERRORS:
+                            raise
+                        where = f" (librdkafka's check, message.max.bytes={self._config.get('message.max.bytes')})"
+                        delivery.refuse(topic, source, record_wire_bytes(key, value, headers), err, where)
+                        break
         self._ensure_poller()
         self._wake.set()
         return [future]

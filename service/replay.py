@@ -38,7 +38,14 @@ from typing import Any
 import orjson
 
 from service.config import PipelineConfig, TopicEntry
-from service.dlq import ERROR_CLASS, ERROR_MESSAGE, ERROR_OFFSET, ERROR_PARTITION, ERROR_TOPIC
+from service.dlq import (
+    ERROR_CLASS,
+    ERROR_MESSAGE,
+    ERROR_OFFSET,
+    ERROR_PARTITION,
+    ERROR_TOPIC,
+    OVERSIZED_BYTES,
+)
 from service.tail import CLIENT_LOGGER
 from transforms.decoders import Message
 from transforms.errors import StateStoreError
@@ -249,9 +256,15 @@ class _Replayer:
         origin = _header(headers, ERROR_TOPIC)
         partition, offset = _int(_header(headers, ERROR_PARTITION)), _int(_header(headers, ERROR_OFFSET))
         runtime = None if origin is None else self.normalizer.runtime_for(origin)
-        if origin is None or runtime is None:
-            reason = (f"no {ERROR_TOPIC} header: not a dead letter of cdcnorm or Kafka Connect" if origin is None
-                      else f"no topics[] entry of the config handles source topic {origin!r}")
+        oversized = _header(headers, OVERSIZED_BYTES)
+        if origin is None or runtime is None or oversized is not None:
+            if origin is None:
+                reason = f"no {ERROR_TOPIC} header: not a dead letter of cdcnorm or Kafka Connect"
+            elif oversized is not None:
+                reason = (f"an oversized message ({oversized} bytes): the dead letter holds its first bytes only; "
+                          f"the original is at {origin}[{partition}]@{offset}")
+            else:
+                reason = f"no topics[] entry of the config handles source topic {origin!r}"
             result = ReplayResult(where, None if origin is None else (origin, partition, offset), "unreplayable",
                                   error_class="Unreplayable", error=reason)
             if self.dry_run:
@@ -317,7 +330,7 @@ def replay_dead_letters(
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
-    from service.app import MAX_MESSAGE_BYTES
+    from service.app import output_message_bytes
     from service.rdkafka import producer_config
 
     run_id = uuid.uuid4().hex
@@ -326,7 +339,7 @@ def replay_dead_letters(
     client_log = logging.getLogger(CLIENT_LOGGER)
     consumer = Consumer({**settings, "group.id": group, "enable.auto.commit": False,
                          "auto.offset.reset": "earliest", "enable.partition.eof": False, "logger": client_log})
-    producer = None if dry_run else Producer({**producer_config(settings, MAX_MESSAGE_BYTES), "logger": client_log})
+    producer = None if dry_run else Producer({**producer_config(settings, output_message_bytes(config.worker)), "logger": client_log})
     failed = True
     try:
         try:

@@ -427,12 +427,53 @@ class LoggedMetadataStore:
         self.cache.clear_cache()
 
 
+_PUT_ROWS = """
+if redis.replicate_commands then redis.replicate_commands() end
+local index, ttl, max_rows = KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2])
+local prefix, trim_limit = ARGV[3], tonumber(ARGV[4])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+for i = 2, #KEYS do
+  local member, image = ARGV[2 * i + 1], ARGV[2 * i + 2]
+  if image == '' then
+    redis.call('DEL', KEYS[i])
+    redis.call('ZREM', index, member)
+  else
+    redis.call('SET', KEYS[i], image, 'EX', ttl)
+    redis.call('ZADD', index, now, member)
+  end
+end
+redis.call('ZREMRANGEBYSCORE', index, '-inf', '(' .. (now - ttl))
+local excess = redis.call('ZCARD', index) - max_rows
+if excess <= 0 then return {} end
+if excess > trim_limit then excess = trim_limit end
+local victims = redis.call('ZRANGE', index, 0, excess - 1)
+for _, member in ipairs(victims) do redis.call('DEL', prefix .. member) end
+redis.call('ZREMRANGEBYRANK', index, 0, excess - 1)
+return victims
+"""
+"""One put of :class:`RedisRowStateStore`, atomic on the server: write (or delete) the images,
+stamp them in the table's index with the server's clock, drop index entries older than the TTL,
+then evict the oldest-written images beyond the bound (at most ``trim_limit`` per call)."""
+
+_TRIM_MIN = 1000
+"""Least number of images one put may evict beyond the ones it added (a bound lowered by a config
+change is reached over several puts instead of in one long script)."""
+
+
 class RedisRowStateStore:
     """:class:`~transforms.metadata.RowStateStore` on Redis: last full image per table and key.
 
     Each image expires after ``ttl_seconds``; a table keeps at most ``max_rows_per_table``
-    images (the least recently written go first). A local LRU cache serves reads for the keys
-    this process wrote or read; call :meth:`clear_cache` after a rebalance.
+    images: those written least recently (by the Redis server's clock, so replicas agree) are
+    evicted first. A put is one Lua script (``EVALSHA``): the images, their index entries and
+    the eviction change together, so no replica ever sees the table above its bound, and an
+    image is never left without its index entry (which would escape the bound). When the bound
+    was lowered by a config change, each put evicts at most ``len(rows) + 1000`` images, so the
+    table shrinks to the new bound over a few puts.
+
+    A local LRU cache (``max_cached`` images) serves reads for the keys this process wrote or
+    read; the images a put evicts leave it too. Call :meth:`clear_cache` after a rebalance.
     """
 
     def __init__(
@@ -450,6 +491,8 @@ class RedisRowStateStore:
         self._max_rows = max_rows_per_table
         self._max_cached = max_cached
         self._cache: OrderedDict[tuple[str, str], tuple[float, dict[str, Any] | None]] = OrderedDict()
+        self._put_script = client.register_script(_PUT_ROWS)
+        self.evicted = 0  # images this process evicted to keep a table within its bound
 
     def _row_key(self, table: str, key: str) -> str:
         return f"{self._prefix}row:{table}:{key}"
@@ -480,44 +523,22 @@ class RedisRowStateStore:
     def put_rows(self, table: str, rows: dict[str, dict[str, Any] | None]) -> None:
         if not rows:
             return
-        index = self._index_key(table)
-        now_wall = time.time()
-
-        def write() -> None:
-            pipe = self._redis.client.pipeline(transaction=False)
-            stored: dict[str, float] = {}
-            for key, row in rows.items():
-                name = self._row_key(table, key)
-                if row is None:
-                    pipe.delete(name)
-                    pipe.zrem(index, key)
-                else:
-                    pipe.set(name, encode_row(row), ex=self._ttl)
-                    stored[key] = now_wall
-            if stored:
-                pipe.zadd(index, stored)
-            pipe.zremrangebyscore(index, "-inf", now_wall - self._ttl)
-            pipe.zcard(index)
-            size = pipe.execute()[-1]
-            excess = int(size) - self._max_rows
-            if excess > 0:
-                found: Any = self._redis.client.zrange(index, 0, excess - 1)
-                victims = [v.decode() if isinstance(v, bytes) else str(v) for v in found]
-                if victims:
-                    trim = self._redis.client.pipeline(transaction=False)
-                    trim.delete(*[self._row_key(table, v) for v in victims])
-                    trim.zrem(index, *victims)
-                    trim.execute()
-                    for v in victims:
-                        self._cache.pop((table, v), None)
-
-        self._redis.call("put_rows", write)
+        keys = [self._index_key(table)]
+        args: list[Any] = [self._ttl, self._max_rows, self._row_key(table, ""), len(rows) + _TRIM_MIN]
+        for key, row in rows.items():
+            keys.append(self._row_key(table, key))
+            args += (key, b"" if row is None else encode_row(row))
+        found: Any = self._redis.call("put_rows", lambda: self._put_script(keys=keys, args=args))
         now = time.monotonic()
         for key, row in rows.items():
             if row is None:
                 self._cache.pop((table, key), None)
             else:
                 self._remember((table, key), row, now)
+        if found:
+            self.evicted += len(found)
+            for victim in found:
+                self._cache.pop((table, victim.decode() if isinstance(victim, bytes) else str(victim)), None)
 
     def _remember(self, slot: tuple[str, str], row: dict[str, Any] | None, now: float) -> None:
         self._cache[slot] = (now, row)

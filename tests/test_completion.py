@@ -305,3 +305,16 @@ def test_replays_never_complete_with_another_versions_values(
         assert all(v == truth[i][k] or (v == U and sent[i][k] == U) for k, v in after.items()), (i, after, truth[i])
     assert out[-1].after == truth[-1]  # type: ignore[union-attr]
     assert {k: v for k, v in (store.image("k") or {}).items() if k != SEQUENCE_FIELD} == truth[-1]
+
+
+def test_the_in_memory_store_bounds_each_table_on_its_own() -> None:
+    store = InMemoryRowStateStore(max_rows=3)
+    for table in ("db.a", "db.b"):
+        store.put_rows(table, {str(k): {"id": k} for k in range(3)})
+    assert store.get_rows("db.a", ["0", "1", "2"]) == [{"id": 0}, {"id": 1}, {"id": 2}]  # b's images evict none of a's
+    store.put_rows("db.a", {"1": {"id": 1, "v": 2}})  # rewritten: the most recent
+    store.put_rows("db.a", {"3": {"id": 3}, "4": {"id": 4}})  # two more: the 2 least recently written go
+    assert store.get_rows("db.a", ["0", "1", "2", "3", "4"]) == [None, {"id": 1, "v": 2}, None, {"id": 3}, {"id": 4}]
+    assert store.get_rows("db.b", ["0", "1", "2"]) == [{"id": 0}, {"id": 1}, {"id": 2}]
+    store.put_rows("db.b", {"0": None})
+    assert store.get_rows("db.b", ["0", "1"]) == [None, {"id": 1}]

@@ -53,22 +53,35 @@ class RowStateStore(Protocol):
 
 
 class InMemoryRowStateStore:
-    """A bounded, process-local :class:`RowStateStore` (LRU by key)."""
+    """A bounded, process-local :class:`RowStateStore`: at most ``max_rows`` images per table,
+    the least recently written evicted first (as ``row_state.max_rows_per_table`` in Redis).
+
+    >>> store = InMemoryRowStateStore(max_rows=1)
+    >>> store.put_rows("a", {"1": {"id": 1}}); store.put_rows("b", {"1": {"id": 1}})
+    >>> store.put_rows("a", {"2": {"id": 2}})
+    >>> store.get_rows("a", ["1", "2"]), store.get_rows("b", ["1"])
+    ([None, {'id': 2}], [{'id': 1}])
+    """
 
     def __init__(self, max_rows: int = 100_000) -> None:
-        self._rows: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+        self._tables: dict[str, OrderedDict[str, dict[str, Any]]] = {}
         self._max_rows = max_rows
 
     def get_rows(self, table: str, keys: list[str]) -> list[dict[str, Any] | None]:
-        return [self._rows.get((table, k)) for k in keys]
+        rows = self._tables.get(table)
+        if rows is None:
+            return [None] * len(keys)
+        return [rows.get(k) for k in keys]
 
     def put_rows(self, table: str, rows: dict[str, dict[str, Any] | None]) -> None:
+        images = self._tables.get(table)
+        if images is None:
+            images = self._tables[table] = OrderedDict()
         for key, row in rows.items():
-            slot = (table, key)
             if row is None:
-                self._rows.pop(slot, None)
+                images.pop(key, None)
                 continue
-            self._rows[slot] = row
-            self._rows.move_to_end(slot)
-        while len(self._rows) > self._max_rows:
-            self._rows.popitem(last=False)
+            images[key] = row
+            images.move_to_end(key)
+        while len(images) > self._max_rows:
+            images.popitem(last=False)

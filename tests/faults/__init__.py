@@ -20,6 +20,13 @@ Real processes on loopback: Tansu (``service.local.start_tansu``), redis-server
   normalized topics in per-key order, every record (replays too) holds its version's values (Qlik
   updates leaving a column out are completed from the row state), the DLQ is empty, every SIGTERMed worker left by itself
   (exit 0 within 30 s), and one sink's Iceberg tables equal the history's final state.
+* ``test_row_state_bound``: 1M distinct keys' row images into one table, bounds 250000 and 1000000
+  (the store API, two writers, a redis-server of its own for ``INFO memory``).
+* ``test_dlq_buffer_bound``: 100 MiB of dead letters through ``worker.max_inflight_bytes`` of 1 MiB,
+  the broker frozen for 4 s meanwhile.
+* ``test_oversized_message``: a 50 MiB source message between 3000 changes.
+* ``test_record_too_large``: normalized records above ``worker.max_record_bytes`` (100000) in the middle
+  of 2000 changes, and a size refusal by the output producer (librdkafka's ``message.max.bytes``).
 
 Knobs: ``CDCNORM_FAULT_CHANGES`` (changes streamed through the crash tests; default and CI
 value 100000, about 2 minutes for the worker part on 2 cores), ``CDCNORM_FLEET_CHANGES``

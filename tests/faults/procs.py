@@ -28,6 +28,7 @@ from tests.service.harness import ROOT, WorkerProcess
 __all__ = [
     "SinkResult",
     "committed_offsets",
+    "dead_letter_line",
     "kill_group",
     "kill_worker",
     "metric_total",
@@ -58,6 +59,14 @@ def worker_config(bootstrap: str, redis_url: str, redis_prefix: str, prefix: str
         "worker": {"app_id": f"{prefix}-group", "commit_interval_s": 0.5, **worker},
         "topics": topics,
     }
+
+
+def dead_letter_line(letter: Any) -> str:
+    """A dead letter (``tests.service.harness.Record``) on one line: key, value size and headers
+    (Connect's by their last name part), without the stack trace."""
+    return (f"key={letter.key!r} value={len(letter.value or b'')} bytes "
+            + " ".join(f"{k.rpartition('.errors.')[2] if '.errors.' in k else k}={v.decode()}"
+                       for k, v in letter.headers.items() if not k.endswith("stacktrace")))
 
 
 def wait_consuming(worker: WorkerProcess, topic: str, timeout_s: float = 90.0) -> None:

@@ -4,7 +4,7 @@ and nothing is lost: every change reaches the normalized topics in per-key order
 tables equal the independently computed state.
 
 Tansu keeps data in memory only, so the broker is frozen rather than restarted; this test has
-its own broker so the others are not frozen with it.
+its own broker (``own_broker``, tests/faults/conftest.py) so the others are not frozen with it.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from service.local import LocalProcess, create_topics, start_tansu, wait_for
+from service.local import LocalProcess, create_topics, wait_for
 from tests.faults.procs import (
     committed_offsets,
     kill_group,
@@ -46,17 +45,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.spark, py
 OUTAGE_S = float(os.environ.get("CDCNORM_FAULT_OUTAGE_S", "30"))
 CHANGES = 8000
 BEFORE = 3000  # produced before the outage; the rest is produced while it starts
-
-
-@pytest.fixture
-def own_broker(tmp_path: Path) -> Iterator[LocalProcess]:
-    """A Tansu broker of this test only, so it can be frozen."""
-    broker = start_tansu(log_dir=tmp_path / "tansu")
-    try:
-        yield broker
-    finally:
-        broker.process.send_signal(signal.SIGCONT)
-        broker.stop()
 
 
 def test_broker_outage_worker_and_sink_reconnect_without_loss(

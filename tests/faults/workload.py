@@ -35,6 +35,7 @@ __all__ = [
     "OrderReport",
     "SteadyProducer",
     "assert_tables_equal_expected",
+    "canal_message",
     "check_order",
     "generate",
     "produce",
@@ -78,7 +79,8 @@ class ChangeStream:
         return tuple(self.final)
 
 
-def _canal(table: str, kind: str, row: Row, old: Row | None, ts: int) -> bytes:
+def canal_message(table: str, kind: str, row: Row, old: Row | None, ts: int) -> bytes:
+    """One single-row Canal JSON change of ``DB.table`` (the stream's column types)."""
     return orjson.dumps(
         {
             "data": [{k: str(v) for k, v in row.items()}],
@@ -189,7 +191,7 @@ def generate(n_changes: int, keys_per_table: int, seed: int, formats: Mapping[st
         out.counts[kind] += 1
         fmt = formats[table]
         if fmt == CANAL:
-            value = _canal(table, kind, row, old, BASE_TS + i)
+            value = canal_message(table, kind, row, old, BASE_TS + i)
         elif fmt == MAXWELL:
             value = _maxwell(table, kind, row, old, BASE_TS + i, i)
         elif fmt == QLIK:  # an update that leaves qty unchanged leaves it out (its columnMask bit clear)

@@ -451,3 +451,77 @@ def test_batch_processor_does_not_wait_for_the_producer_to_take_batches() -> Non
     asyncio.run(run())
     ops = [orjson.loads(s[2])["payload"]["op"] if s[2] else None for s in producer.sent]
     assert sorted(ops, key=str) == sorted(["c", "c", "d", None], key=str)
+
+
+def test_batch_processor_waits_at_the_byte_bound_mid_batch_and_loses_nothing() -> None:
+    """worker.max_inflight_bytes: 30 dead letters of ~1 KiB in one fetched batch, bound 4 KiB. The
+    processor hands over parts of the batch and waits for their acknowledgements: never more than
+    the bound plus one message's records unacknowledged, no offset committable before its records
+    are acknowledged, every dead letter sent once and in order."""
+    cfg = parse_config({"topic_prefix": "out", "web": {"enabled": False}, "worker": {"max_inflight_bytes": 4096},
+                        "topics": [{"name": "src.canal", "format": "canal-json", "dlq_context_headers": False}]})
+    producer = FakeProducer()
+    app = create_app(cfg, normalizer=normalizer(cfg), producer=producer)
+    processor = app.cdcnorm_processor
+    tp = TP("src.canal", 0)
+    bad = [(b"k%02d" % i, b"{" + b"%02d" % i + b"x" * 1021) for i in range(30)]  # 1024 bytes + key: no JSON
+    peaks: list[int] = []
+
+    async def run() -> None:
+        task = asyncio.ensure_future(processor.process({tp: records("src.canal", 0, bad)}))
+        while not task.done():
+            await asyncio.sleep(0.01)
+            unacked = [b for b in producer.batches if not b[3].done()]
+            peaks.append(sum(len(k or b"") + len(v or b"") for *_, batch, _ in unacked for k, v, _ in batch.records))
+            acked_offsets = processor.committable().get(tp, 0)
+            acked_records = sum(len(b[2].records) for b in producer.batches if b[3].done())
+            assert acked_offsets <= acked_records  # nothing committable before it is acknowledged
+            if unacked:
+                unacked[0][3].set_result(None)  # the broker acknowledges one batch at a time
+        producer.ack()
+        await processor.drain()
+        assert processor.committable() == {tp: 30}
+        await processor.stop()
+
+    asyncio.run(asyncio.wait_for(run(), 10))
+    assert [(k, v) for _, k, v, _ in producer.sent] == bad
+    assert max(peaks) <= 4096 + 1027, peaks
+    assert len(producer.batches) >= 7  # handed over in parts of at most ~4 KiB
+    assert processor.normalizer.metrics.backpressure_waits._value.get() >= 6
+
+
+def test_a_record_above_max_record_bytes_dead_letters_its_message_and_the_rest_goes_on() -> None:
+    """The check before producing: the message of a too large record is dead-lettered whole (none
+    of its records produced), with the reason; the messages around it are not affected."""
+    wide = orjson.loads(CANAL_INSERT)
+    wide.update(type="UPDATE", data=[{"id": "9", "name": "w" * 40_000, "email": "w@x"}], old=[{"email": "v@x"}])
+    cfg = parse_config({"topic_prefix": "out", "web": {"enabled": False}, "worker": {"max_record_bytes": 65_536},
+                        "topics": [{"name": "src.canal", "format": "canal-json"}]})
+    producer = FakeProducer()
+    app = create_app(cfg, normalizer=normalizer(cfg), producer=producer)
+    processor = app.cdcnorm_processor
+    tp = TP("src.canal", 0)
+    source = orjson.dumps(wide)
+
+    async def run() -> None:
+        await processor.process({tp: records("src.canal", 0, [(b"a", CANAL_INSERT), (b"w", source), (b"b", CANAL_DELETE)])})
+        await processor.wait_sent()
+        producer.ack()
+        await processor.drain()
+        assert processor.committable() == {tp: 3}
+        await processor.stop()
+
+    asyncio.run(run())
+    sent = producer.sent
+    assert [s[0] for s in sent].count("out.shop.users") == 4  # 2 inserts, a delete and its tombstone
+    # the update's before and after images of the 40 kB row (80 kB) are refused, its 40 kB message is not
+    assert all(b"w" * 1000 not in (s[2] or b"") for s in sent if s[0] != "out.dlq")
+    ((_, key, value, headers),) = [s for s in sent if s[0] == "out.dlq"]
+    h = dict(headers)
+    assert (key, value) == (b"w", source)  # the source message itself: it fits
+    assert h[ERROR_CLASS] == b"service.dlq.RecordTooLargeError" and h["__connect.errors.stage"] == b"KAFKA_PRODUCE"
+    assert (h[ERROR_TOPIC], h[ERROR_PARTITION], h[ERROR_OFFSET]) == (b"src.canal", b"0", b"1")
+    assert h["__cdcnorm.too_large.topic"] == b"out.shop.users" and h["__cdcnorm.too_large.limit"] == b"65536"
+    assert int(h["__cdcnorm.too_large.bytes"]) > 65_536
+    assert b"exceeds worker.max_record_bytes=65536" in h["__connect.errors.exception.message"]
+    assert processor.normalizer.metrics.dlq.labels("src.canal", "canal-json", "RecordTooLargeError")._value.get() == 1

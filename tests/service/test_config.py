@@ -185,3 +185,20 @@ def test_validate_config_cli(tmp_path: Path) -> None:
     result = runner.invoke(app, ["validate-config", str(bad)])
     assert result.exit_code == 1
     assert "topics[0].format=nope: unknown format" in result.output
+
+
+def test_bounds_have_defaults_and_bad_values_name_the_key() -> None:
+    worker = parse_config(base()).worker
+    assert (worker.max_inflight_bytes, worker.max_message_bytes, worker.oversized_prefix_bytes) == (64 << 20, 1 << 20, 1024)
+    exc = error({**base(), "worker": {"max_message_bytes": 4096, "oversized_prefix_bytes": 4096}})
+    assert (exc.key, exc.value) == ("worker.oversized_prefix_bytes", 4096)
+    assert "must be below max_message_bytes (4096)" in exc.reason
+    exc = error({**base(), "worker": {"max_inflight_bytes": 0}})
+    assert (exc.key, exc.value) == ("worker.max_inflight_bytes", 0) and "greater than or equal to 1024" in exc.reason
+    exc = error({**base(), "worker": {"max_message_bytes": 2_000_000_000}})
+    assert exc.key == "worker.max_message_bytes" and "less than or equal to 900000000" in exc.reason
+    exc = error(base(row_state={"max_rows_per_table": 0}))
+    assert exc.key == "topics[0].row_state.max_rows_per_table"
+    assert worker.max_record_bytes is None  # the producer's limit
+    exc = error({**base(), "worker": {"max_record_bytes": 1000}})
+    assert exc.key == "worker.max_record_bytes" and "greater than or equal to 65536" in exc.reason

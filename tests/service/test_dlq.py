@@ -4,6 +4,7 @@ the failing stage), exception.class.name, exception.message, exception.stacktrac
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 from typing import Any
@@ -26,6 +27,8 @@ from service.dlq import (
     ERROR_TASK_ID,
     ERROR_TOPIC,
     FORMAT_HEADER,
+    OVERSIZED_BYTES,
+    OVERSIZED_HEADERS,
     dead_letter,
     failure_stage,
     task_id,
@@ -50,10 +53,10 @@ CANAL_INSERT = orjson.dumps(
 )
 
 
-def normalizer(**entry: Any) -> Normalizer:
+def normalizer(worker: dict[str, Any] | None = None, **entry: Any) -> Normalizer:
     cfg = parse_config({
         "topic_prefix": "out",
-        "worker": {"app_id": "norm-eu"},
+        "worker": {"app_id": "norm-eu", **(worker or {})},
         "topics": [{"name": "src", "format": "canal-json", **entry}],
     })
     return Normalizer(cfg)
@@ -146,6 +149,17 @@ def test_without_context_headers_the_dead_letter_is_the_original_record() -> Non
     assert (letter.topic, letter.key, letter.value, letter.headers) == ("dlq", b"k", b"v", (("h", b"1"),))
 
 
+def test_the_exception_message_header_is_capped_like_the_stack_trace() -> None:
+    message = Message(b"v", key=b"k", topic="t", partition=1, offset=7)
+    huge = ValueError("bad value " + "\u00e9" * 1_000_000)  # 2 MB once encoded: a quoted column value
+    headers = dict(dead_letter(message, huge, "dlq", "canal-json", "app", task="app-1").headers)
+    text = headers["__connect.errors.exception.message"].decode()
+    assert len(text) == 8000 and text == str(huge)[:8000]
+    assert len(headers["__connect.errors.exception.stacktrace"].decode()) == 8000
+    short = dict(dead_letter(message, ValueError("boom"), "dlq", "canal-json", "app", task="app-1").headers)
+    assert short["__connect.errors.exception.message"] == b"boom"
+
+
 def test_unraised_exceptions_and_unknown_positions() -> None:
     assert failure_stage(DecodeError("x", None, "bad")) == ("VALUE_CONVERTER", "transforms.decoders.base.Decoder")
     assert failure_stage(TransformError("mask", "bad")) == ("TRANSFORMATION", "transforms.smt.base.Transform")
@@ -161,3 +175,51 @@ def test_normalizer_honours_the_entry_flags(caplog: pytest.LogCaptureFixture) ->
     _, _, _, headers = dead_letter_of(normalizer(dlq_context_headers=False, log_errors=False), b"{not json")
     assert headers == (("trace", b"t1"),)
     assert "dead-letter" not in caplog.text
+
+
+def test_an_oversized_message_is_refused_with_a_bounded_dead_letter() -> None:
+    """Over worker.max_message_bytes (key + value + headers): never decoded; the dead letter holds
+    the first oversized_prefix_bytes of key and value, the sizes, the limit, the sha256 and the
+    source coordinates, even with dlq_context_headers off."""
+    n = normalizer({"max_message_bytes": 4096, "oversized_prefix_bytes": 16}, dlq_context_headers=False)
+    value = CANAL_INSERT + b" " * (4096 - len(CANAL_INSERT))  # valid JSON, + 8 bytes of key and header
+    _, key, dlq_value, headers = dead_letter_of(n, value)
+    h = dict(headers)
+    assert (key, dlq_value) == (b"k", value[:16])
+    assert [k for k, _ in headers] == ["trace", *CONTEXT_HEADERS, FORMAT_HEADER, *OVERSIZED_HEADERS[:-1]]
+    assert h[OVERSIZED_BYTES] == b"4104" and h["__cdcnorm.oversized.limit"] == b"4096"
+    assert h["__cdcnorm.oversized.prefix.bytes"] == b"16"
+    assert h["__cdcnorm.oversized.value.bytes"] == b"4096"
+    assert h["__cdcnorm.oversized.value.sha256"] == hashlib.sha256(value).hexdigest().encode()
+    assert h["__cdcnorm.oversized.key.sha256"] == hashlib.sha256(b"k").hexdigest().encode()
+    assert (h[ERROR_TOPIC], h[ERROR_PARTITION], h[ERROR_OFFSET]) == (b"src", b"3", b"42")
+    assert h[ERROR_STAGE] == b"KAFKA_CONSUME" and h[ERROR_CLASS] == b"service.dlq.OversizedMessageError"
+    assert h[ERROR_MESSAGE] == b"message of 4104 bytes (key + value + headers) exceeds worker.max_message_bytes=4096"
+    # one byte less is normalized
+    runtime = n.runtime_for("src")
+    assert runtime is not None
+    fits = Message(value[:-8], key=b"k", topic="src", partition=3, offset=43, headers=(("trace", b"t1"),))
+    assert n.process(fits, runtime).dlq is None
+
+
+def test_an_oversized_message_drops_headers_that_do_not_fit_the_prefix() -> None:
+    n = normalizer({"max_message_bytes": 1024, "oversized_prefix_bytes": 4})
+    runtime = n.runtime_for("src")
+    assert runtime is not None
+    message = Message(b"x" * 2000, key=None, topic="src", partition=0, offset=1, headers=(("trace", b"t1"),))
+    outcome = n.process(message, runtime)
+    assert outcome.dlq is not None and outcome.error_class == "OversizedMessageError"
+    _, key, value, headers = outcome.dlq
+    h = dict(headers)
+    assert key is None and value == b"xxxx" and "trace" not in h
+    assert h["__cdcnorm.oversized.headers.dropped"] == b"1" and "__cdcnorm.oversized.key.sha256" not in h
+
+
+def test_an_oversized_message_stops_an_errors_fail_entry() -> None:
+    from service.app import FatalMessageError
+
+    n = normalizer({"max_message_bytes": 1024, "oversized_prefix_bytes": 16}, errors="fail")
+    runtime = n.runtime_for("src")
+    assert runtime is not None
+    with pytest.raises(FatalMessageError):
+        n.process(Message(b"x" * 2000, topic="src", partition=0, offset=1), runtime)

@@ -24,6 +24,7 @@ from service.replay import (
     ReadOnlyRowState,
     ReplayError,
     _produce_and_commit,
+    _Replayer,
 )
 from tests.service.harness import read_topics
 from tests.service.test_integration import canal
@@ -86,6 +87,45 @@ def test_offsets_are_committed_only_after_every_record_is_acknowledged() -> None
     with pytest.raises(ReplayError, match="produce failed, the batch is not committed"):
         _produce_and_commit(_Producer(fail=True), consumer, batch)
     assert consumer.commits == []
+
+
+class _Letter(_Msg):
+    """A consumed dead letter, as confluent-kafka hands it over."""
+
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None,
+                 headers: list[tuple[str, bytes]]) -> None:
+        super().__init__(topic, partition, offset)
+        self._record = (key, value, headers)
+
+    def key(self) -> bytes | None:
+        return self._record[0]
+
+    def value(self) -> bytes | None:
+        return self._record[1]
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return self._record[2]
+
+    def timestamp(self) -> tuple[int, int]:
+        return (0, 0)
+
+
+def test_an_oversized_message_is_not_replayed() -> None:
+    """Its dead letter holds a prefix only: it goes back to the DLQ unchanged, with the original's
+    coordinates in the reason."""
+    config = parse_config({"worker": {"max_message_bytes": 1024, "oversized_prefix_bytes": 8},
+                           "topics": [{"name": "src", "format": "canal-json"}]})
+    normalizer = Normalizer(config)
+    runtime = normalizer.runtime_for("src")
+    assert runtime is not None
+    outcome = normalizer.process(Message(b"x" * 4096, b"k", "src", 2, 99), runtime)
+    assert outcome.dlq is not None
+    topic, key, value, headers = outcome.dlq
+    replayer = _Replayer(config, normalizer, "run-1", dry_run=False)
+    result, writes = replayer.handle(_Letter(topic, 0, 5, key, value, list(headers)))
+    assert result.outcome == "unreplayable" and result.error is not None
+    assert "oversized message (4097 bytes)" in result.error and "src[2]@99" in result.error
+    assert [(t, k, v) for t, k, v, _ in writes] == [(topic, b"k", b"xxxxxxxx")]
 
 
 def test_a_dry_run_writes_no_state() -> None:
