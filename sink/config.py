@@ -8,12 +8,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from service.converters import SchemaRegistrySettings
 from transforms.configfile import is_secret_key
 
-__all__ = ["CatalogConfig", "JarSource", "MaintenanceConfig", "SinkConfig", "WriteMode"]
+__all__ = ["CatalogConfig", "JarSource", "MaintenanceConfig", "SinkConfig", "WriteMode", "WriteRetryConfig"]
 
 
 # a Perl class escape (\d, \w, ...) not itself escaped; POSIX replacements for the error message
@@ -58,6 +58,40 @@ class MaintenanceConfig(_Strict):
     expire_older_than_seconds: int = Field(3600, ge=0)
     retain_last: int = Field(5, ge=3, description="Keep at least this many snapshots (>= 3 keeps the offsets-tagged one).")
     min_input_files: int = Field(5, ge=2, description="rewrite_data_files min-input-files")
+
+
+class WriteRetryConfig(_Strict):
+    """How a micro-batch whose Iceberg writes or Kafka offset commit failed is tried again.
+
+    The attempts are spaced by a capped exponential back-off: ``initial_backoff_seconds``,
+    doubling up to ``max_backoff_seconds`` (each delay shortened by up to 20% at random, so
+    sinks failing together do not retry in step). The Kafka offsets of the batch are not
+    committed until an attempt succeeds.
+    """
+
+    initial_backoff_seconds: float = Field(1.0, gt=0, description="The delay before the first retry.")
+    max_backoff_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=240,
+        description=(
+            "The longest delay between two attempts. At most 240: the consumer is polled only by an "
+            "attempt, and must be polled within its max.poll.interval.ms (librdkafka default 300 s)."
+        ),
+    )
+    give_up_after_seconds: float | None = Field(
+        None,
+        gt=0,
+        description="Stop the sink (exit status 1) when a batch still fails this long after its first failure. None: retry until it succeeds.",
+    )
+
+    @field_validator("max_backoff_seconds")
+    @classmethod
+    def _not_below_initial(cls, value: float, info: ValidationInfo) -> float:
+        initial = info.data.get("initial_backoff_seconds")
+        if initial is not None and value < initial:
+            raise ValueError(f"{value:g} is below initial_backoff_seconds ({initial:g})")
+        return value
 
 
 class SinkConfig(_Strict):
@@ -107,6 +141,7 @@ class SinkConfig(_Strict):
             "long without committing one. A sink idle because nothing arrives stays alive."
         ),
     )
+    write_retry: WriteRetryConfig = Field(default_factory=WriteRetryConfig)
     schema_registry: SchemaRegistrySettings | None = Field(None, description="Where Avro records' schemas are (sink.changes.RecordParser).")
 
     @field_validator("topic_pattern")
@@ -135,6 +170,19 @@ class SinkConfig(_Strict):
         if not self.topics and not self.topic_pattern:
             raise ValueError("set `topics` or `topic_pattern`")
         return self
+
+    @field_validator("write_retry")
+    @classmethod
+    def _backoff_within_liveness(cls, value: WriteRetryConfig, info: ValidationInfo) -> WriteRetryConfig:
+        # a sink backing off is alive as long as its attempts come back (sink.health): the
+        # longest wait between two attempts must leave room for an attempt before the probe fails
+        stall = info.data.get("liveness_stall_seconds")
+        if stall is not None and value.max_backoff_seconds >= stall:
+            raise ValueError(
+                f"max_backoff_seconds {value.max_backoff_seconds:g} is not below liveness_stall_seconds "
+                f"({stall:g}): a sink waiting that long between attempts would be restarted by its liveness probe"
+            )
+        return value
 
     def secret_values(self) -> Iterator[str]:
         """The values under secret-looking keys of the passthrough maps (``catalog.properties``,

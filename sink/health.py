@@ -5,7 +5,12 @@
   hung MERGE or commit, a consumer that no longer fetches what its partitions hold). A sink idle
   because nothing arrives is alive, and so is one whose only backlog is on paused tables (an
   operator has to act on those; a restart would not help).
-* ``/readyz`` (readiness): the Spark session and the consumer are up and the sink is not stopping.
+  A sink retrying a micro-batch whose writes failed (``sink.write_retry``) is alive as long as its
+  attempts come back: each failed attempt restarts the stall clock, so a storage outage does not
+  get the sink restarted (a restart would not fix the storage), but an attempt that hangs for
+  ``sink.liveness_stall_seconds`` does.
+* ``/readyz`` (readiness): the Spark session and the consumer are up, the sink is not stopping,
+  and its writes succeed: while a micro-batch is being retried it answers 503 with the reason.
 * ``/metrics``: the Prometheus metrics (also on ``/``).
 
 "Records to read" comes from the consumer's lag (high watermark minus position): best effort,
@@ -47,10 +52,16 @@ class SinkHealth:
     last_commit: float | None = None  # wall-clock time of the last committed micro-batch
     lag: int | None = None  # records to read on the partitions the sink reads (None: unknown)
     in_flight: int = 0  # records polled, not yet committed
+    write_failure: str | None = None  # why the micro-batch being retried failed (None: writes succeed)
+    failed_attempts: int = 0  # consecutive failed attempts of that batch
+    failing_since: float | None = None  # wall-clock time of its first failure
+    next_attempt: float | None = None  # wall-clock time of its next attempt
+    _attempted: float = field(default=0.0, repr=False)  # when the last failed attempt came back
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         self.since = self.clock()
+        self._attempted = self.since
 
     def batch_started(self, records: int) -> None:
         """Records were polled: the sink has work until it commits them."""
@@ -64,6 +75,20 @@ class SinkHealth:
             self.in_flight = 0
             self.since = self.clock()
             self.last_commit = time.time()
+            self.write_failure = self.failing_since = self.next_attempt = None
+            self.failed_attempts = 0
+
+    def write_failed(self, reason: str, retry_in: float) -> None:
+        """An attempt to write the micro-batch failed (``reason``); the next one is due in
+        ``retry_in`` seconds. Not ready until a batch commits; alive, since the attempt came back."""
+        with self._lock:
+            now = time.time()
+            if self.write_failure is None:
+                self.failing_since = now
+            self.write_failure = reason
+            self.failed_attempts += 1
+            self.next_attempt = now + retry_in
+            self._attempted = self.clock()
 
     def observe_lag(self, lag: int | None) -> None:
         """The lag after a batch (or an empty poll): pending while it is above zero."""
@@ -82,9 +107,15 @@ class SinkHealth:
         with self._lock:
             return max(0.0, self.clock() - self.since) if self.pending else 0.0
 
+    def _seconds_without_answer(self) -> float:
+        """Like :meth:`seconds_since_progress`, but a failed write attempt counts as an answer."""
+        with self._lock:
+            return max(0.0, self.clock() - max(self.since, self._attempted)) if self.pending else 0.0
+
     def liveness(self) -> tuple[bool, dict[str, Any]]:
         stalled = self.seconds_since_progress()
-        live = stalled <= self.stall_seconds
+        quiet = self._seconds_without_answer()
+        live = quiet <= self.stall_seconds
         body: dict[str, Any] = {
             "live": live,
             "seconds_since_progress": round(stalled, 1),
@@ -95,14 +126,26 @@ class SinkHealth:
         if not live:
             work = f"a micro-batch of {self.in_flight} records in flight" if self.in_flight else f"lag {self.lag}"
             body["reason"] = (
-                f"no progress for {stalled:.0f}s with {work} (sink.liveness_stall_seconds: {self.stall_seconds:g})"
+                f"no progress for {quiet:.0f}s with {work} (sink.liveness_stall_seconds: {self.stall_seconds:g})"
             )
+        if self.write_failure is not None:
+            body["write_failing"] = True  # alive while its attempts come back (see the module doc)
         return live, body
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
-        ready = self.started and not self.stopping
+        with self._lock:
+            failure, attempts, since, due = self.write_failure, self.failed_attempts, self.failing_since, self.next_attempt
+        ready = self.started and not self.stopping and failure is None
         body: dict[str, Any] = {"ready": ready, "started": self.started, "stopping": self.stopping}
-        if not ready:
+        if failure is not None and since is not None and due is not None:
+            body["write_failure"] = failure
+            body["failed_attempts"] = attempts
+            body["failing_since"] = since
+            body["reason"] = (
+                f"writing a micro-batch failed {attempts} time(s) in {time.time() - since:.0f}s: {failure}; "
+                f"its Kafka offsets are not committed, next attempt in {max(0.0, due - time.time()):.0f}s"
+            )
+        if self.stopping or not self.started:
             body["reason"] = "stopping" if self.stopping else "starting (Spark session, consumer)"
         if self.last_commit is not None:
             body["last_commit"] = self.last_commit

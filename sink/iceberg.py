@@ -44,6 +44,7 @@ __all__ = [
     "TS_COLUMN",
     "IcebergTables",
     "IncompatibleSchemaError",
+    "TableWriteError",
     "build_spark",
     "iceberg_jar",
 ]
@@ -79,6 +80,16 @@ _DISTRIBUTION_PROPERTIES = (
 
 class IncompatibleSchemaError(Exception):
     """A change's schema cannot be applied to the stored table (not a safe widening)."""
+
+
+class TableWriteError(Exception):
+    """Writing a table's batch failed in Spark, Iceberg or the file system (the cause is chained):
+    nothing of the batch is committed to that table; the sink tries the batch again
+    (:mod:`sink.retry`)."""
+
+    def __init__(self, table: str, cause: BaseException) -> None:
+        super().__init__(f"writing table {table} failed: {type(cause).__name__}")
+        self.table = table
 
 
 def iceberg_jar() -> str:
@@ -246,6 +257,11 @@ class IcebergTables:
             raise
         return True
 
+    def forget_cached(self) -> None:
+        """Drop what is cached of the tables (schema, key, the last truncate): read again from
+        the catalog on next use, after a failed write left it in doubt."""
+        self._state.clear()
+
     def ensure_table(self, batch: TableBatch) -> str:
         """Create the table, or add new columns / apply safe widening. Returns the table id."""
         tid = self.table_id(batch.table)
@@ -373,8 +389,18 @@ class IcebergTables:
     def write_batch(self, batch: TableBatch, offsets: dict[str, int]) -> dict[str, int]:
         """Apply one compacted table batch in Iceberg commits tagged with ``offsets``.
 
-        Returns counts: upserts, deletes, appends, truncates.
+        Returns counts: upserts, deletes, appends, truncates. A failure of Spark, Iceberg or the
+        file system is raised as :class:`TableWriteError` naming the table.
         """
+        from py4j.protocol import Py4JError
+        from pyspark.errors import PySparkException
+
+        try:
+            return self._write_batch(batch, offsets)
+        except (Py4JError, PySparkException, OSError) as exc:
+            raise TableWriteError(".".join(batch.table), exc) from exc
+
+    def _write_batch(self, batch: TableBatch, offsets: dict[str, int]) -> dict[str, int]:
         tid = self.ensure_table(batch)
         state = self._state[tid]
         counts = {"upserts": 0, "deletes": 0, "appends": 0, "truncates": 0, "unkeyed": 0}

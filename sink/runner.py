@@ -11,6 +11,11 @@ Per micro-batch:
 4. commit the Kafka offsets, only after every table's Iceberg commit;
 5. print one progress line and update the metrics; run maintenance on its cadence.
 
+A micro-batch whose writes fail (a table's Iceberg commit refused, the Kafka offset commit
+failing) is retried (:meth:`MicroBatchSink.run`): its offsets stay uncommitted, the consumer is
+rewound to its first records, and after a capped exponential back-off (``sink.write_retry``)
+they are read again; what an Iceberg commit already holds is skipped, as after a crash.
+
 The loop keeps :class:`sink.health.SinkHealth` up to date (a batch in flight, each commit, the lag
 after each poll window), which ``/healthz`` and ``cdcnorm_sink_seconds_since_progress`` read.
 """
@@ -34,6 +39,7 @@ from sink.config import SinkConfig
 from sink.faults import crash_point
 from sink.health import SinkHealth
 from sink.iceberg import IcebergTables, IncompatibleSchemaError, build_spark
+from sink.retry import Backoff, describe_failure, failure_reason, is_retried
 
 __all__ = ["BatchReport", "MicroBatchSink", "RunSummary", "serve_metrics"]
 
@@ -46,6 +52,16 @@ BAD_RECORDS = Counter("cdcnorm_sink_bad_records_total", "Records that are not ca
 COMMIT_SECONDS = Histogram("cdcnorm_sink_commit_seconds", "Iceberg commit time per micro-batch")
 FRESHNESS = Gauge("cdcnorm_sink_freshness_seconds", "Now minus the newest source ts_ms applied")
 PAUSED = Gauge("cdcnorm_sink_paused_tables", "Tables paused on an incompatible schema change")
+WRITE_FAILING = Gauge(
+    "cdcnorm_sink_write_failing",
+    "1 while a micro-batch whose writes failed is being retried (its Kafka offsets not committed), else 0",
+)
+WRITE_FAILURES = Counter(
+    "cdcnorm_sink_write_failures_total",
+    "Failed attempts to write a micro-batch, by table ('-': not a table's write, e.g. the Kafka offset "
+    "commit) and reason (permission-denied, no-space, commit-conflict, commit-state-unknown, io, kafka, error)",
+    ["table", "reason"],
+)
 LAG = Gauge(
     "cdcnorm_sink_lag",
     "Records on a partition the sink has not read yet: high watermark minus consumer position, after each "
@@ -140,6 +156,15 @@ def _tp(topic: str, partition: int) -> str:
     return f"{topic}:{partition}"
 
 
+def _first_offsets(msgs: list[Any]) -> dict[tuple[str, int], int]:
+    """The offset of the first record of each partition in ``msgs``."""
+    first: dict[tuple[str, int], int] = {}
+    for msg in msgs:
+        if not msg.error():
+            first.setdefault((msg.topic(), msg.partition()), msg.offset())
+    return first
+
+
 class MicroBatchSink:
     """Consumes normalized topics into Iceberg tables, one micro-batch at a time."""
 
@@ -163,6 +188,11 @@ class MicroBatchSink:
         self.consumer: Any = None
         self._window_end: float | None = None  # when the current poll window ends (monotonic)
         self.parser = RecordParser.from_settings(config.schema_registry)  # JSON with/without schemas, Avro
+        retry = config.write_retry
+        self._backoff = Backoff(retry.initial_backoff_seconds, retry.max_backoff_seconds)
+        self._batch_start: dict[tuple[str, int], int] = {}  # the current batch's first offset per partition
+        self._failed_attempts = 0  # consecutive failed attempts of the current batch
+        self._failing_since: float | None = None  # when its first attempt failed (monotonic)
         self.health = SinkHealth(config.liveness_stall_seconds)
         SINCE_PROGRESS.set_function(self.health.seconds_since_progress)
         self._start_positions: dict[tuple[str, int], int | None] = {}  # where unread partitions start
@@ -219,7 +249,15 @@ class MicroBatchSink:
         try:
             while not self._stop:
                 # no pause between batches: each poll waits for the end of its own window
-                report = self.run_batch()
+                try:
+                    report = self.run_batch()
+                except Exception as exc:
+                    if not is_retried(exc):
+                        raise
+                    self._retry_later(exc)
+                    continue
+                if report.rows_read:
+                    self._writes_succeed()
                 if report.rows_read:
                     summary.add(report)
                     self.report(report)
@@ -248,6 +286,76 @@ class MicroBatchSink:
         if time.monotonic() - since > self.ONCE_JOIN_TIMEOUT_S:
             return True
         return bool(self.consumer.assignment())
+
+    # -- retries ------------------------------------------------------------------------------
+
+    def _retry_later(self, exc: Exception) -> None:
+        """A micro-batch failed to write: say why (log, metrics, ``/readyz``), rewind the consumer
+        to the batch's first records, forget what is cached of the tables and their offsets (read
+        again from Iceberg, where the tables that did commit recorded theirs), and wait the
+        back-off. Raises ``exc`` once the batch has failed for ``give_up_after_seconds``."""
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        self._failed_attempts += 1
+        table = getattr(exc, "table", "-")
+        reason = failure_reason(exc)
+        what = describe_failure(exc)
+        WRITE_FAILURES.labels(table, reason).inc()
+        WRITE_FAILING.set(1)
+        give_up = self.config.write_retry.give_up_after_seconds
+        if give_up is not None and now - self._failing_since >= give_up:
+            log.error(
+                "writing a micro-batch failed %d times in %.0fs (table %s, %s): %s; giving up "
+                "(sink.write_retry.give_up_after_seconds: %g), its Kafka offsets are not committed",
+                self._failed_attempts, now - self._failing_since, table, reason, what, give_up,
+            )
+            raise exc
+        delay = self._backoff.delay(self._failed_attempts)
+        log.warning(
+            "writing a micro-batch failed (attempt %d, table %s, %s): %s; its Kafka offsets are not "
+            "committed, it is read again and retried in %.1fs",
+            self._failed_attempts, table, reason, what, delay,
+            exc_info=self._failed_attempts == 1,
+        )
+        self.health.write_failed(f"table {table}: {reason}: {what}", delay)
+        self._rewind()
+        self._applied.clear()
+        if self.tables is not None:
+            self.tables.forget_cached()
+        deadline = time.monotonic() + delay
+        while not self._stop and time.monotonic() < deadline:
+            time.sleep(max(0.0, min(0.2, deadline - time.monotonic())))
+
+    def _writes_succeed(self) -> None:
+        """A micro-batch committed: the end of a run of failed attempts, if there was one."""
+        if self._failing_since is not None:
+            log.warning(
+                "writes succeed again after %d failed attempts in %.0fs",
+                self._failed_attempts, time.monotonic() - self._failing_since,
+            )
+        self._failed_attempts = 0
+        self._failing_since = None
+        WRITE_FAILING.set(0)
+
+    def _rewind(self) -> None:
+        """Seek each partition of the failed batch back to its first record. A partition no longer
+        assigned is left alone: its new owner starts from the committed offset. Raises when a seek
+        fails."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+        for (topic, partition), offset in self._batch_start.items():
+            if (topic, partition) not in assigned:
+                continue
+            try:
+                self.consumer.seek(TopicPartition(topic, partition, offset))
+            except KafkaException as exc:
+                # going on would commit past the batch's records: stop, a restart reads them again
+                raise RuntimeError(
+                    f"cannot rewind {topic}[{partition}] to offset {offset} to retry the failed micro-batch "
+                    f"({exc}); stopping so that a restart reads it again from the committed offsets"
+                ) from exc
 
     # -- one batch --------------------------------------------------------------------------
 
@@ -315,6 +423,7 @@ class MicroBatchSink:
     def run_batch(self) -> BatchReport:
         assert self.tables is not None
         msgs = self._poll()
+        self._batch_start = _first_offsets(msgs)  # where a retry reads the batch again
         report = BatchReport(rows_read=len(msgs))
         if not msgs:
             self.health.observe_lag(self._measure_lag())

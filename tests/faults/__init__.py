@@ -27,6 +27,8 @@ Real processes on loopback: Tansu (``service.local.start_tansu``), redis-server
 * ``test_oversized_message``: a 50 MiB source message between 3000 changes.
 * ``test_record_too_large``: normalized records above ``worker.max_record_bytes`` (100000) in the middle
   of 2000 changes, and a size refusal by the output producer (librdkafka's ``message.max.bytes``).
+* ``test_sink_write_outage``: one table's Iceberg metadata folder refuses writes mid-run; the sink
+  retries with back-off, commits no offset, reports why, and resumes.
 
 Knobs: ``CDCNORM_FAULT_CHANGES`` (changes streamed through the crash tests; default and CI
 value 100000, about 2 minutes for the worker part on 2 cores), ``CDCNORM_FLEET_CHANGES``

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,9 @@ __all__ = [
     "kill_worker",
     "metric_total",
     "probe",
+    "probe_port",
     "read_warehouses",
+    "refuse_writes",
     "run_sink",
     "sink_batches",
     "sink_config",
@@ -268,16 +270,43 @@ def read_warehouses(*configs: Path, timeout_s: float = 180.0) -> list[dict[str, 
 
 def probe(worker: WorkerProcess, path: str, timeout_s: float = 10.0) -> tuple[int, bytes]:
     """GET ``path`` of the worker's web server; ``(0, b"")`` when it does not answer in time."""
+    return probe_port(worker.port, path, timeout_s)
+
+
+def probe_port(port: int, path: str, timeout_s: float = 10.0) -> tuple[int, bytes]:
+    """GET ``path`` on a loopback port (the worker's web server, the sink's metrics port);
+    ``(0, b"")`` when it does not answer in time."""
     import urllib.error
     import urllib.request
 
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{worker.port}{path}", timeout=timeout_s) as resp:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout_s) as resp:
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
     except OSError:
         return 0, b""
+
+
+@contextlib.contextmanager
+def refuse_writes(directory: Path) -> Iterator[str]:
+    """Make ``directory`` refuse new files (and renames, deletes) for the block, a real refusal
+    of the file system; yields how. As root, whom permission bits do not stop, the directory is
+    made immutable (``chattr +i``: EPERM for everyone); otherwise it loses its write bits."""
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(directory)], check=True, capture_output=True)
+        how = f"chattr +i {directory} (immutable: no file created there, even by root)"
+    else:
+        mode = directory.stat().st_mode
+        directory.chmod(mode & ~0o222)
+        how = f"chmod a-w {directory}"
+    try:
+        yield how
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(directory)], check=True, capture_output=True)
+        else:
+            directory.chmod(mode)
 
 
 def metric_total(body: bytes, name: str, **labels: str) -> float:

@@ -39,6 +39,7 @@ __all__ = [
     "check_order",
     "generate",
     "produce",
+    "produce_normalized",
     "qlik_data",
     "qlik_metadata",
     "read_all",
@@ -234,6 +235,24 @@ def produce(bootstrap: str, topic: str, messages: Iterable[tuple[bytes, bytes]],
             producer.poll(0)
     left = producer.flush(120)
     assert left == 0 and not failed, f"{left} source messages not delivered; errors: {failed[:3]}"
+    return ends
+
+
+def produce_normalized(bootstrap: str, prefix: str, messages: Iterable[tuple[bytes, bytes]]) -> dict[tuple[str, int], int]:
+    """Produce what the worker would make of Canal ``messages`` (decoded and emitted in this
+    process, with the transforms the worker uses) to ``<prefix>.<db>.<table>``, for the sink
+    tests that need no worker; returns the end offset per (topic, partition)."""
+    from transforms.decoders import Message, create_decoder
+    from transforms.envelope import EmitOptions, emit
+
+    decoder = create_decoder("canal-json")
+    per_topic: dict[str, list[tuple[bytes, Any]]] = defaultdict(list)  # a tombstone's value is None
+    for key, value in messages:
+        for record in emit(decoder.decode(Message(value, key)), EmitOptions(prefix=prefix)):
+            per_topic[record.topic].append((record.key_bytes() or b"", record.value_bytes()))
+    ends: dict[tuple[str, int], int] = {}
+    for topic, records in per_topic.items():
+        ends.update({(topic, p): end for p, end in produce(bootstrap, topic, records).items()})
     return ends
 
 

@@ -87,6 +87,25 @@ def test_readiness_follows_start_and_stop(health: SinkHealth) -> None:
     assert health.readiness() == (False, {"ready": False, "started": True, "stopping": True, "reason": "stopping"})
 
 
+def test_a_sink_retrying_failed_writes_is_alive_but_not_ready(health: SinkHealth, clock: Clock) -> None:
+    health.started = True
+    health.batch_started(300)
+    for _ in range(5):  # attempts come back (failed) more often than the stall: alive
+        clock.now += STALL - 1
+        health.write_failed("table shop.t0: permission-denied: java.io.FileNotFoundException: m0.avro", 8.0)
+        live, body = health.liveness()
+        assert live and body["write_failing"] is True
+    assert health.seconds_since_progress() == pytest.approx(5 * (STALL - 1))  # the metric: no commit
+    ready, body = health.readiness()
+    assert not ready and body["failed_attempts"] == 5
+    assert "table shop.t0: permission-denied" in body["reason"] and "Kafka offsets are not committed" in body["reason"]
+    clock.now += STALL + 1  # an attempt that hangs: not alive
+    assert not health.liveness()[0]
+    health.committed()
+    assert health.readiness()[0] and "write_failure" not in health.readiness()[1]
+    assert health.liveness()[0] and "write_failing" not in health.liveness()[1]
+
+
 @pytest.fixture
 def server(health: SinkHealth) -> Iterator[str]:
     srv = serve(0, health, addr="127.0.0.1")
