@@ -142,6 +142,17 @@ class SinkConfig(_Strict):
         ),
     )
     write_retry: WriteRetryConfig = Field(default_factory=WriteRetryConfig)
+    take_over_tables_from: str | None = Field(
+        None,
+        min_length=1,
+        description=(
+            "The group_id of a sink this one replaces. Each table belongs to the sink that created or "
+            "claimed it (its cdcnorm.owner table property: that sink's group_id), and a sink stops with an "
+            "error before writing a table another group owns. With this set, the sink claims at start "
+            "every table of the catalog owned by that group; the old sink, if still running, stops at its "
+            "next micro-batch. Unset (the default): no take-over."
+        ),
+    )
     schema_registry: SchemaRegistrySettings | None = Field(None, description="Where Avro records' schemas are (sink.changes.RecordParser).")
 
     @field_validator("topic_pattern")
@@ -170,6 +181,13 @@ class SinkConfig(_Strict):
         if not self.topics and not self.topic_pattern:
             raise ValueError("set `topics` or `topic_pattern`")
         return self
+
+    @field_validator("take_over_tables_from")
+    @classmethod
+    def _not_own_group(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and value == info.data.get("group_id"):
+            raise ValueError("is this sink's own group_id: name the group of the sink whose tables it takes over")
+        return value
 
     @field_validator("write_retry")
     @classmethod

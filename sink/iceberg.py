@@ -40,10 +40,12 @@ __all__ = [
     "DELETED_AT_COLUMN",
     "DELETED_KEYS_SUFFIX",
     "OFFSETS_PROPERTY",
+    "OWNER_PROPERTY",
     "SEQ_COLUMN",
     "TS_COLUMN",
     "IcebergTables",
     "IncompatibleSchemaError",
+    "TableOwnershipError",
     "TableWriteError",
     "build_spark",
     "iceberg_jar",
@@ -56,6 +58,8 @@ OFFSETS_PROPERTY = "cdcnorm.offsets"
 # it is remembered (sink.deleted_keys_retention_seconds), like the offsets
 TRUNCATED_PROPERTY = "cdcnorm.truncated"
 KEY_PROPERTY = "cdcnorm.key-columns"
+# the group_id of the sink that writes the table (check_owner): one writer per table
+OWNER_PROPERTY = "cdcnorm.owner"
 SEQ_COLUMN = "__cdc_seq"
 TS_COLUMN = "__cdc_ts_ms"
 OP_COLUMN = "__cdc_op"
@@ -90,6 +94,32 @@ class TableWriteError(Exception):
     def __init__(self, table: str, cause: BaseException) -> None:
         super().__init__(f"writing table {table} failed: {type(cause).__name__}")
         self.table = table
+
+
+class TableOwnershipError(Exception):
+    """Another sink owns the table (:data:`OWNER_PROPERTY`): this sink stops without writing it."""
+
+    def __init__(self, tid: str, owner: str | None, group: str) -> None:
+        super().__init__(
+            f"table {tid} belongs to another sink: its {OWNER_PROPERTY} table property names consumer group "
+            f"{owner!r}, and this sink's group_id is {group!r}. Two sinks writing one table conflict on every "
+            "commit, and with a catalog that cannot fence concurrent commits (hadoop on a local or object-store "
+            "file system) can lose changes, so this sink stops without writing it. If that sink is gone for good "
+            f"and this one replaces it, set sink.take_over_tables_from: {owner!r} (or clear the marker: ALTER TABLE "
+            f"{tid} UNSET TBLPROPERTIES ('{OWNER_PROPERTY}')) and start this sink again; a sink still running "
+            "under that group then stops at its next micro-batch."
+        )
+        self.table = tid
+        self.owner = owner
+
+
+def _sql_string(value: str) -> str:
+    r"""A Spark SQL string literal.
+
+    >>> print(_sql_string("it's a\\b"))
+    'it\'s a\\b'
+    """
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def iceberg_jar() -> str:
@@ -262,6 +292,66 @@ class IcebergTables:
         the catalog on next use, after a failed write left it in doubt."""
         self._state.clear()
 
+    # -- ownership ----------------------------------------------------------------------
+
+    def check_owner(self, table: tuple[str, str]) -> None:
+        """Make sure this sink may write ``table``: its :data:`OWNER_PROPERTY` names this sink's
+        group, or names nobody (a table from before owners, or whose marker an operator cleared)
+        or the group of ``take_over_tables_from``, and is then claimed. Raises
+        :class:`TableOwnershipError` when another group owns it. Reads the table's current
+        metadata (the catalog caches tables), so a claim by another sink since the last batch is
+        seen. A table that does not exist yet gets this sink's group when it is created."""
+        tid = self.table_id(table)
+        if not self._exists(tid):
+            return
+        self.spark.sql(f"REFRESH TABLE {tid}")
+        owner = self._owner(tid)
+        if owner == self.config.group_id:
+            return
+        if owner is None or owner == self.config.take_over_tables_from:
+            self._claim(tid, owner)
+            return
+        raise TableOwnershipError(tid, owner, self.config.group_id)
+
+    def take_over(self, previous: str) -> list[str]:
+        """Claim every table of the catalog (of ``sink.namespace``, else of every namespace) that
+        the sink of group ``previous`` owns; returns their ids."""
+        cat = quote(self.config.catalog.name)
+        if self.config.namespace:
+            namespaces = [self.config.namespace]
+        else:
+            namespaces = [r[0] for r in self.spark.sql(f"SHOW NAMESPACES IN {cat}").collect()]
+        claimed = []
+        for ns in namespaces:
+            for row in self.spark.sql(f"SHOW TABLES IN {cat}.{quote(ns)}").collect():
+                name = row["tableName"]
+                tid = f"{cat}.{quote(ns)}.{quote(name)}"
+                if not name.endswith(DELETED_KEYS_SUFFIX) and self._owner(tid) == previous:
+                    self._claim(tid, previous)
+                    claimed.append(tid)
+        return claimed
+
+    def _owner(self, tid: str) -> str | None:
+        props = {r["key"]: r["value"] for r in self.spark.sql(f"SHOW TBLPROPERTIES {tid}").collect()}
+        return props.get(OWNER_PROPERTY)
+
+    def _claim(self, tid: str, previous: str | None) -> None:
+        """Set this sink's group as the table's owner, then read it back: of two sinks claiming
+        at once, the one whose claim was overwritten stops (:class:`TableOwnershipError`)."""
+        group = self.config.group_id
+        self.spark.sql(f"ALTER TABLE {tid} SET TBLPROPERTIES ('{OWNER_PROPERTY}'={_sql_string(group)})")
+        self._verify_owner(tid)
+        log.warning(
+            "table %s now belongs to this sink (group %s); it %s", tid, group,
+            f"belonged to group {previous}" if previous else "had no owner",
+        )
+
+    def _verify_owner(self, tid: str) -> None:
+        self.spark.sql(f"REFRESH TABLE {tid}")
+        owner = self._owner(tid)
+        if owner != self.config.group_id:
+            raise TableOwnershipError(tid, owner, self.config.group_id)
+
     def ensure_table(self, batch: TableBatch) -> str:
         """Create the table, or add new columns / apply safe widening. Returns the table id."""
         tid = self.table_id(batch.table)
@@ -322,7 +412,9 @@ class IcebergTables:
             **self.config.table_properties,
         }
         props_sql = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
+        props_sql += f", '{OWNER_PROPERTY}'={_sql_string(self.config.group_id)}"
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS {tid} ({', '.join(defs)}) USING iceberg TBLPROPERTIES ({props_sql})")
+        self._verify_owner(tid)  # another sink may have created it first
         if key and self.config.write_mode is WriteMode.COPY_ON_WRITE:
             # Iceberg 1.9.2 on Spark 3.5 fails merge-on-read writes to tables with identifier
             # fields ("Cannot add fieldId 1 as an identifier field"); the key is then kept in

@@ -77,6 +77,7 @@ def load_sink_config(path: str | Path) -> tuple[SinkConfig, dict[str, Any]]:
 def run_sink(config_path: str | Path, once: bool = False, max_batches: int | None = None) -> int:
     """Run the micro-batch sink until stopped (or, with ``once``, until the topics are drained)."""
     require_extras("the Iceberg sink", "sink")
+    from sink.iceberg import TableOwnershipError
     from sink.runner import MicroBatchSink, serve_metrics
 
     sink_config, kafka = load_sink_config(config_path)
@@ -87,6 +88,9 @@ def run_sink(config_path: str | Path, once: bool = False, max_batches: int | Non
         serve_metrics(sink_config.metrics_port, runner.health)
     try:
         summary = runner.run(once=once, max_batches=max_batches)
+    except TableOwnershipError as exc:
+        log.error("stopping: %s", exc)
+        return 1
     finally:
         runner.close()
     print(f"sink finished: {summary.batches} batches, {summary.rows_read} records read", flush=True)

@@ -206,6 +206,10 @@ class MicroBatchSink:
 
         self.spark = build_spark(self.config)
         self.tables = IcebergTables(self.spark, self.config)
+        if self.config.take_over_tables_from:
+            claimed = self.tables.take_over(self.config.take_over_tables_from)
+            log.warning("took over %d tables from group %s: %s", len(claimed), self.config.take_over_tables_from,
+                        ", ".join(claimed) or "none found")
         conf = {
             "bootstrap.servers": self.bootstrap_servers,
             "group.id": self.config.group_id,
@@ -327,6 +331,15 @@ class MicroBatchSink:
         while not self._stop and time.monotonic() < deadline:
             time.sleep(max(0.0, min(0.2, deadline - time.monotonic())))
 
+    def _check_owners(self, tables: set[tuple[str, str]]) -> None:
+        """Before a batch writes anything or commits an offset: stop (``TableOwnershipError``)
+        if another sink's group owns one of ``tables``, the tables the batch writes and those
+        first seen in it (even when all their changes are applied already, so a second sink
+        stops at its first batch). See :meth:`sink.iceberg.IcebergTables.check_owner`."""
+        assert self.tables is not None
+        for table in sorted(tables):
+            self.tables.check_owner(table)
+
     def _writes_succeed(self) -> None:
         """A micro-batch committed: the end of a run of failed attempts, if there was one."""
         if self._failing_since is not None:
@@ -424,6 +437,7 @@ class MicroBatchSink:
         assert self.tables is not None
         msgs = self._poll()
         self._batch_start = _first_offsets(msgs)  # where a retry reads the batch again
+        known = set(self._applied)  # tables seen before this batch (their offsets read)
         report = BatchReport(rows_read=len(msgs))
         if not msgs:
             self.health.observe_lag(self._measure_lag())
@@ -463,6 +477,7 @@ class MicroBatchSink:
             offsets[key] = max(offsets.get(key, 0), change.offset + 1)
         del parsed
         report.changes = len(changes)
+        self._check_owners(set(self._applied) - known | set(table_offsets))
         started = time.monotonic()
         for table, batch, counts in self._write_tables(compact(changes), table_offsets, changes, first_paused):
             report.tables.append(".".join(table))

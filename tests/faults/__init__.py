@@ -29,6 +29,8 @@ Real processes on loopback: Tansu (``service.local.start_tansu``), redis-server
   of 2000 changes, and a size refusal by the output producer (librdkafka's ``message.max.bytes``).
 * ``test_sink_write_outage``: one table's Iceberg metadata folder refuses writes mid-run; the sink
   retries with back-off, commits no offset, reports why, and resumes.
+* ``test_sink_ownership``: sinks of two consumer groups on one warehouse: the second stops with an
+  error naming the owner; a third takes the tables over, and the first stops.
 
 Knobs: ``CDCNORM_FAULT_CHANGES`` (changes streamed through the crash tests; default and CI
 value 100000, about 2 minutes for the worker part on 2 cores), ``CDCNORM_FLEET_CHANGES``

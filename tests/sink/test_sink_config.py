@@ -86,3 +86,17 @@ def test_a_topic_pattern_with_a_perl_class_is_refused_with_its_posix_form(patter
 @pytest.mark.parametrize("pattern", [r"cdcnorm\.[^.]+\.[^.]+", r"cdcnorm\.shop\.t_[0-9]+", r"a\\d"])
 def test_posix_topic_patterns_are_accepted(pattern: str) -> None:
     assert SinkConfig.from_section({"topic_pattern": pattern}).topic_pattern == pattern
+
+
+def test_sink_knobs_of_retries_and_ownership_are_checked_with_their_keys(tmp_path: Path) -> None:
+    raw = {
+        "broker": {"bootstrap_servers": "127.0.0.1:9092"},
+        "sink": {"topics": ["t"], "group_id": "g", "take_over_tables_from": "g", "liveness_stall_seconds": 30,
+                 "write_retry": {"max_backoff_seconds": 45}},
+    }
+    with pytest.raises(ConfigErrors) as info:
+        read_sink_config(_write(tmp_path, raw))
+    problems = {e.key: e.reason for e in info.value.errors}
+    assert set(problems) == {"sink.take_over_tables_from", "sink.write_retry"}, problems
+    assert "own group_id" in problems["sink.take_over_tables_from"]
+    assert "not below liveness_stall_seconds (30)" in problems["sink.write_retry"]

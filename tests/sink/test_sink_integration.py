@@ -40,7 +40,7 @@ def _produce(bootstrap: str, history: History) -> int:
     return len(records)
 
 
-def _config(tmp: Path, bootstrap: str, group: str, max_records: int) -> Path:
+def _config(tmp: Path, bootstrap: str, group: str, max_records: int, **sink: Any) -> Path:
     cfg = {
         "broker": {"bootstrap_servers": bootstrap},
         "topics": [{"name": "unused-source", "format": "canal-json"}],
@@ -51,6 +51,7 @@ def _config(tmp: Path, bootstrap: str, group: str, max_records: int) -> Path:
             "max_records_per_batch": max_records,
             "catalog": {"warehouse": str(tmp / "warehouse")},
             "maintenance": {"every_batches": 3, "expire_older_than_seconds": 0},
+            **sink,
         },
     }
     path = tmp / "pipeline.yaml"
@@ -111,8 +112,9 @@ def test_sink_reaches_the_independently_computed_state(broker: LocalProcess, tmp
     print({k: {x: v[x] for x in ("count", "snapshots", "data_files", "delete_files")} for k, v in tables.items()})
     print(f"produced={produced} orders={tables['shop.orders']['count']} users={tables['shop.users']['count']}")
     _assert_state(tables, history)
-    # replay: a new consumer group re-reads everything; the tables must not change
-    replay = _config(tmp_path, broker.address, "sink-it-replay", max_records=250)
+    # replay: a new consumer group re-reads everything; the tables must not change (it takes
+    # them over: a table belongs to one sink's group, README "One sink per table")
+    replay = _config(tmp_path, broker.address, "sink-it-replay", max_records=250, take_over_tables_from="sink-it")
     proc = _run(replay, "sink", "--once")
     assert proc.returncode == 0, proc.stderr[-3000:]
     again = _tables(config)
