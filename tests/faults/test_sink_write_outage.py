@@ -75,9 +75,10 @@ def test_sink_retries_an_unwritable_table_and_resumes_without_loss(kafka_bootstr
         wait_for(lambda: committed_up_to(first_ends), 180, "the sink committing the first half", 0.5)
         print(f"\nfirst half: {half} changes committed by the sink in {time.monotonic() - t0:.0f}s "
               f"(start-up included); Kafka ends {sorted(first_ends.values())}")
-        # the tables of a batch are written in the order of their first change (partition, then
-        # offset: Canal has no source sequence), so the table with the highest first offset on
-        # partition 0 comes last: the others commit before it is refused
+        # the others must commit before the blocked table is refused: with sink.table_parallelism > 1
+        # (the default) every table of the batch is attempted; one after the other, tables go in the
+        # order of their first change (partition, then offset: Canal has no source sequence), so the
+        # table with the highest first offset on partition 0 is blocked, as it comes last
         blocked = max(TABLES, key=lambda t: first_ends.get((f"{prefix}.{DB}.{t}", 0), 0))
         others = [f"{DB}.{t}" for t in TABLES if t != blocked]
         with refuse_writes(warehouse / DB / blocked / "metadata") as how:
