@@ -113,6 +113,11 @@ class TableOwnershipError(Exception):
         self.owner = owner
 
 
+def _not_found(exc: Exception) -> bool:
+    """Whether a Spark error says the table does not exist."""
+    return "TABLE_OR_VIEW_NOT_FOUND" in str(exc) or "not found" in str(exc).lower()
+
+
 def _sql_string(value: str) -> str:
     r"""A Spark SQL string literal.
 
@@ -282,7 +287,7 @@ class IcebergTables:
         try:
             self.spark.table(tid).schema  # noqa: B018 - resolves the table
         except Exception as exc:
-            if "TABLE_OR_VIEW_NOT_FOUND" in str(exc) or "not found" in str(exc).lower():
+            if _not_found(exc):
                 return False
             raise
         return True
@@ -302,9 +307,12 @@ class IcebergTables:
         metadata (the catalog caches tables), so a claim by another sink since the last batch is
         seen. A table that does not exist yet gets this sink's group when it is created."""
         tid = self.table_id(table)
-        if not self._exists(tid):
-            return
-        self.spark.sql(f"REFRESH TABLE {tid}")
+        try:
+            self.spark.sql(f"REFRESH TABLE {tid}")
+        except Exception as exc:
+            if _not_found(exc):
+                return
+            raise
         owner = self._owner(tid)
         if owner == self.config.group_id:
             return
