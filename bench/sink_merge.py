@@ -36,7 +36,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -47,7 +47,7 @@ from sink.changes import SinkChange, TableBatch, compact, parse_record
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.envelope import ChangeEvent, EmitOptions, Operation, SourceInfo, emit
 
-__all__ = ["ORDERS", "change_batches", "main"]
+__all__ = ["ORDERS", "change_batches", "change_records", "main", "produce_records"]
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "cdcnorm.bench.orders"
@@ -239,18 +239,23 @@ def merge_throughput(report: BenchReport, size: Size, workdir: Path) -> None:
 # ----------------------------------------------------------------------------- parts 2+3: sink process
 
 
-def _produce(bootstrap: str, records: Sequence[tuple[bytes | None, bytes | None]]) -> None:
+def produce_records(bootstrap: str, records: Iterable[tuple[str, bytes | None, bytes | None]]) -> None:
+    """Produce ``(topic, key, value)`` records, waiting for room in the producer's queue."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000})
-    for key, value in records:
+    for topic, key, value in records:
         while True:
             try:
-                producer.produce(TOPIC, key=key, value=value)
+                producer.produce(topic, key=key, value=value)
                 break
             except BufferError:
                 producer.poll(0.1)
     assert producer.flush(60) == 0, "records left unsent"
+
+
+def _produce(bootstrap: str, records: Sequence[tuple[bytes | None, bytes | None]]) -> None:
+    produce_records(bootstrap, ((TOPIC, key, value) for key, value in records))
 
 
 class _SinkProcess:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import BenchReport, Ratio, bench_parser
-from bench.sink_merge import ORDERS, change_records
+from bench.sink_merge import ORDERS, change_records, produce_records
 
 __all__ = ["main"]
 
@@ -76,20 +76,6 @@ def _records(layout: str, tables: int, changes: int, keys: int, seed: int) -> li
         topic = f"cdcnorm.bench.{schema.table}"
         out.extend((topic, k, v) for k, v in change_records(changes // tables, keys, seed=seed + t, table=schema))
     return out
-
-
-def _produce(bootstrap: str, records: Sequence[tuple[str, bytes | None, bytes | None]]) -> None:
-    from confluent_kafka import Producer
-
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10_000})
-    for topic, key, value in records:
-        while True:
-            try:
-                producer.produce(topic, key=key, value=value)
-                break
-            except BufferError:
-                producer.poll(0.1)
-    assert producer.flush(60) == 0, "records left unsent"
 
 
 def _sink(bootstrap: str, workdir: Path, layout: str, group: str, parallelism: int) -> Any:
@@ -146,9 +132,9 @@ def measure(bootstrap: str, workdir: Path, layout: str, tables: int, size: Size,
     sink = _sink(bootstrap, workdir, layout, f"bench-{layout}", parallelism)
     try:
         sink.start()
-        _produce(bootstrap, warm)
+        produce_records(bootstrap, warm)
         _run(sink, len(warm))
-        _produce(bootstrap, timed)
+        produce_records(bootstrap, timed)
         run = _run(sink, len(timed))
     finally:
         sink.close()

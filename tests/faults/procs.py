@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,11 +23,13 @@ from typing import Any
 import orjson
 import yaml
 
-from service.local import wait_for
+from service.local import create_topics, wait_for
 from tests.service.harness import ROOT, WorkerProcess
 
 __all__ = [
+    "MidStream",
     "SinkResult",
+    "WorkerRun",
     "committed_offsets",
     "dead_letter_line",
     "kill_group",
@@ -34,9 +37,11 @@ __all__ = [
     "metric_total",
     "probe",
     "probe_port",
+    "produce_mid_stream",
     "read_warehouses",
     "refuse_writes",
     "run_sink",
+    "run_until_committed",
     "sink_batches",
     "sink_config",
     "start_sink",
@@ -134,6 +139,78 @@ def wait_committed(bootstrap: str, group: str, topic: str, ends: dict[int, int],
         return all(got[p] >= end for p, end in ends.items())
 
     wait_for(done, timeout_s, f"group {group} committing {ends}", 0.5)
+
+
+@dataclass
+class MidStream:
+    """A canal-json source topic with ``injected`` messages produced in the middle of a stream
+    (:func:`produce_mid_stream`), and where they landed."""
+
+    prefix: str
+    source: str
+    dlq_topic: str
+    outputs: list[str]
+    ends: dict[int, int] = field(default_factory=dict)  # end offset per source partition
+    at: dict[bytes, tuple[int, int]] = field(default_factory=dict)  # injected key -> (partition, offset)
+
+    def after(self, key: bytes) -> int:
+        """Messages after the injected one of ``key`` in its partition."""
+        partition, offset = self.at[key]
+        return self.ends[partition] - offset - 1
+
+
+def produce_mid_stream(bootstrap: str, tag: str, stream: Any, injected: list[tuple[bytes, bytes]], *,
+                       extra_outputs: tuple[str, ...] = (), produce_conf: dict[str, Any] | None = None) -> MidStream:
+    """Topics ``<tag><hex>-src`` (2 partitions), the normalized ones of ``workload.TABLES`` (and
+    ``extra_outputs``) and the DLQ; then the first half of ``stream``, each ``injected`` message
+    (produced with ``produce_conf``), and the second half."""
+    from tests.faults.workload import DB, TABLES, produce
+
+    prefix = f"{tag}{uuid.uuid4().hex[:8]}"
+    run = MidStream(prefix, f"{prefix}-src", f"{prefix}.dlq", [f"{prefix}.{DB}.{t}" for t in TABLES])
+    create_topics(bootstrap, [run.source], partitions=2)
+    create_topics(bootstrap, [*run.outputs, *(f"{prefix}.{DB}.{t}" for t in extra_outputs), run.dlq_topic],
+                  partitions=2)
+    half = len(stream.messages) // 2
+    run.ends = produce(bootstrap, run.source, stream.messages[:half])
+    for key, value in injected:
+        ((partition, end),) = produce(bootstrap, run.source, [(key, value)], **(produce_conf or {})).items()
+        run.at[key] = (partition, end - 1)
+    for p, end in produce(bootstrap, run.source, stream.messages[half:]).items():
+        run.ends[p] = max(run.ends.get(p, 0), end)
+    return run
+
+
+@dataclass
+class WorkerRun:
+    """What :func:`run_until_committed` saw of the worker."""
+
+    consumed: float
+    dead_letters: float  # cdcnorm_dlq_total of the error class
+    seconds: float  # from ready to every source offset committed
+    running: bool  # the worker had not exited by then
+    rss_mb: float
+
+
+def run_until_committed(config: dict[str, Any], workdir: Path, run: MidStream, error_class: str) -> WorkerRun:
+    """Start a worker on ``config``, wait until it committed ``run``'s source ends, stop it."""
+    import psutil
+
+    worker = WorkerProcess(config, workdir)
+    try:
+        worker.wait_ready(90)
+        ready = time.monotonic()
+        wait_committed(config["broker"]["bootstrap_servers"], config["worker"]["app_id"], run.source, run.ends, 120,
+                       worker)
+        return WorkerRun(
+            worker.total("cdcnorm_messages_in_total"),
+            worker.total("cdcnorm_dlq_total", error_class=error_class),
+            time.monotonic() - ready,
+            worker.process.running,
+            float(psutil.Process(worker.process.process.pid).memory_info().rss) / 1e6,
+        )
+    finally:
+        worker.stop()
 
 
 def sink_config(path: Path, bootstrap: str, pattern: str, group: str, warehouse: Path, **sink: Any) -> Path:

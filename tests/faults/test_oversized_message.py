@@ -21,16 +21,20 @@ from __future__ import annotations
 
 import hashlib
 import time
-import uuid
 from pathlib import Path
 
 import orjson
 import pytest
 
-from service.local import create_topics
-from tests.faults.procs import committed_offsets, dead_letter_line, wait_committed, worker_config
-from tests.faults.workload import DB, TABLES, check_order, generate, produce, read_all
-from tests.service.harness import WorkerProcess, read_topics
+from tests.faults.procs import (
+    committed_offsets,
+    dead_letter_line,
+    produce_mid_stream,
+    run_until_committed,
+    worker_config,
+)
+from tests.faults.workload import DB, check_order, generate, read_all
+from tests.service.harness import read_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.timeout(300)]
 
@@ -54,42 +58,23 @@ def test_a_50mb_message_is_dead_lettered_and_nothing_is_held_back(
     kafka_bootstrap: str, redis_url: str, redis_prefix: str, tmp_path: Path
 ) -> None:
     bootstrap = kafka_bootstrap
-    prefix = f"fo{uuid.uuid4().hex[:8]}"
-    source, dlq_topic = f"{prefix}-src", f"{prefix}.dlq"
-    outputs = [f"{prefix}.{DB}.{t}" for t in TABLES]
     stream = generate(CHANGES, 200, seed=53)
-    create_topics(bootstrap, [source], partitions=2)
-    create_topics(bootstrap, [*outputs, dlq_topic], partitions=2)
     big = big_canal_message()
-    half = CHANGES // 2
-
-    ends = produce(bootstrap, source, stream.messages[:half])
     started = time.monotonic()
-    big_end = produce(bootstrap, source, [(b"big", big)], **{"message.max.bytes": 60_000_000})
-    produced_big_s = time.monotonic() - started
-    (big_partition, big_next), = big_end.items()
-    for p, end in produce(bootstrap, source, stream.messages[half:]).items():
-        ends[p] = max(ends.get(p, 0), end)
-    after_big = ends[big_partition] - big_next
-    print(f"\ninjected: {CHANGES} changes over 2 partitions, and after the first {half} one Canal message of "
-          f"{len(big)} bytes at {source}[{big_partition}]@{big_next - 1} (produced in {produced_big_s:.1f}s), "
-          f"followed by {after_big} changes in its partition; worker.max_message_bytes=1048576 (default)")
+    run = produce_mid_stream(bootstrap, "fo", stream, [(b"big", big)], produce_conf={"message.max.bytes": 60_000_000})
+    produced_s = time.monotonic() - started
+    prefix, source, dlq_topic, ends = run.prefix, run.source, run.dlq_topic, run.ends
+    big_partition, big_offset = run.at[b"big"]
+    print(f"\ninjected: {CHANGES} changes over 2 partitions, and after the first {CHANGES // 2} one Canal message of "
+          f"{len(big)} bytes at {source}[{big_partition}]@{big_offset} (all produced in {produced_s:.1f}s), "
+          f"followed by {run.after(b'big')} changes in its partition; worker.max_message_bytes=1048576 (default)")
 
     config = worker_config(bootstrap, redis_url, redis_prefix, prefix, [{"name": source, "format": "canal-json"}])
-    worker = WorkerProcess(config, tmp_path)
-    try:
-        worker.wait_ready(90)
-        ready = time.monotonic()
-        wait_committed(bootstrap, config["worker"]["app_id"], source, ends, 120, worker)
-        all_committed_s = time.monotonic() - ready
-        consumed = worker.total("cdcnorm_messages_in_total")
-        dlq_metric = worker.total("cdcnorm_dlq_total", error_class="OversizedMessageError")
-        rss = _rss_mb(worker)
-    finally:
-        worker.stop()
+    seen = run_until_committed(config, tmp_path, run, "OversizedMessageError")
+    consumed, dlq_metric, all_committed_s, rss = seen.consumed, seen.dead_letters, seen.seconds, seen.rss_mb
 
     committed = committed_offsets(bootstrap, config["worker"]["app_id"], source, 2)
-    report = check_order(read_all(bootstrap, outputs), prefix, stream)
+    report = check_order(read_all(bootstrap, run.outputs), prefix, stream)
     letters = read_topics(bootstrap, [dlq_topic], idle_s=2.0)
     print(f"counted: consumed={consumed:.0f} (of {CHANGES + 1}) committed={committed} (ends {ends}) "
           f"{all_committed_s:.1f}s after ready; worker RSS {rss:.0f} MB; {report.line()}")
@@ -105,13 +90,6 @@ def test_a_50mb_message_is_dead_lettered_and_nothing_is_held_back(
     assert h["__cdcnorm.oversized.value.bytes"] == str(len(big))
     assert h["__cdcnorm.oversized.value.sha256"] == hashlib.sha256(big).hexdigest()
     assert (h["__connect.errors.topic"], h["__connect.errors.partition"], h["__connect.errors.offset"]) == (
-        source, str(big_partition), str(big_next - 1))
+        source, str(big_partition), str(big_offset))
     assert h["__connect.errors.exception.class.name"] == "service.dlq.OversizedMessageError"
     assert "exceeds worker.max_message_bytes=1048576" in h["__connect.errors.exception.message"]
-
-
-def _rss_mb(worker: WorkerProcess) -> float:
-    """The worker process's resident memory (MB)."""
-    import psutil
-
-    return float(psutil.Process(worker.process.process.pid).memory_info().rss) / 1e6

@@ -41,9 +41,15 @@ from service.app import BatchProcessor, Normalizer, WorkerState
 from service.config import parse_config
 from service.local import create_topics
 from service.rdkafka import RdKafkaOutput, producer_config
-from tests.faults.procs import committed_offsets, dead_letter_line, wait_committed, worker_config
-from tests.faults.workload import BASE_TS, DB, TABLES, canal_message, check_order, generate, produce, read_all
-from tests.service.harness import WorkerProcess, read_topics
+from tests.faults.procs import (
+    committed_offsets,
+    dead_letter_line,
+    produce_mid_stream,
+    run_until_committed,
+    worker_config,
+)
+from tests.faults.workload import BASE_TS, DB, TABLES, canal_message, check_order, generate, read_all
+from tests.service.harness import read_topics
 from tests.service.test_agent import records
 from transforms.metadata import InMemoryMetadataStore
 
@@ -68,44 +74,22 @@ def test_records_above_max_record_bytes_are_dead_lettered_and_the_stream_goes_on
     kafka_bootstrap: str, redis_url: str, redis_prefix: str, tmp_path: Path
 ) -> None:
     bootstrap = kafka_bootstrap
-    prefix = f"rt{uuid.uuid4().hex[:8]}"
-    source, dlq_topic = f"{prefix}-src", f"{prefix}.dlq"
-    outputs = [f"{prefix}.{DB}.{t}" for t in TABLES]
     stream = generate(CHANGES, 200, seed=61)
-    create_topics(bootstrap, [source], partitions=2)
-    create_topics(bootstrap, [*outputs, f"{prefix}.{DB}.big", dlq_topic], partitions=2)
     fits, too_wide = wide_update(60_000), wide_update(120_000)
-    half = CHANGES // 2
-
-    ends = produce(bootstrap, source, stream.messages[:half])
-    at: dict[bytes, tuple[int, int]] = {}
-    for key, value in ((b"wide", fits), (b"wider", too_wide)):
-        ((partition, end),) = produce(bootstrap, source, [(key, value)]).items()
-        at[key] = (partition, end - 1)
-    for p, end in produce(bootstrap, source, stream.messages[half:]).items():
-        ends[p] = max(ends.get(p, 0), end)
-    after = {key: ends[p] - o - 1 for key, (p, o) in at.items()}
-    print(f"\ninjected: {CHANGES} changes over 2 partitions; after the first {half}, two Canal UPDATEs of a wide row: "
-          f"{len(fits)} bytes at {source}[{at[b'wide'][0]}]@{at[b'wide'][1]} and {len(too_wide)} bytes at "
-          f"{source}[{at[b'wider'][0]}]@{at[b'wider'][1]}, followed by {after[b'wide']} and {after[b'wider']} "
-          f"changes in their partitions; worker.max_record_bytes={LIMIT}")
+    run = produce_mid_stream(bootstrap, "rt", stream, [(b"wide", fits), (b"wider", too_wide)], extra_outputs=("big",))
+    prefix, source, dlq_topic, ends, at = run.prefix, run.source, run.dlq_topic, run.ends, run.at
+    print(f"\ninjected: {CHANGES} changes over 2 partitions; after the first {CHANGES // 2}, two Canal UPDATEs of a "
+          f"wide row: {len(fits)} bytes at {source}[{at[b'wide'][0]}]@{at[b'wide'][1]} and {len(too_wide)} bytes at "
+          f"{source}[{at[b'wider'][0]}]@{at[b'wider'][1]}, followed by {run.after(b'wide')} and "
+          f"{run.after(b'wider')} changes in their partitions; worker.max_record_bytes={LIMIT}")
 
     config = worker_config(bootstrap, redis_url, redis_prefix, prefix, [{"name": source, "format": "canal-json"}],
                            max_record_bytes=LIMIT)
-    worker = WorkerProcess(config, tmp_path)
-    try:
-        worker.wait_ready(90)
-        ready = time.monotonic()
-        wait_committed(bootstrap, config["worker"]["app_id"], source, ends, 120, worker)
-        all_committed_s = time.monotonic() - ready
-        consumed = worker.total("cdcnorm_messages_in_total")
-        dlq_metric = worker.total("cdcnorm_dlq_total", error_class="RecordTooLargeError")
-        running = worker.process.running
-    finally:
-        worker.stop()
+    seen = run_until_committed(config, tmp_path, run, "RecordTooLargeError")
+    consumed, dlq_metric, all_committed_s, running = seen.consumed, seen.dead_letters, seen.seconds, seen.running
 
     committed = committed_offsets(bootstrap, config["worker"]["app_id"], source, 2)
-    report = check_order(read_all(bootstrap, outputs), prefix, stream)
+    report = check_order(read_all(bootstrap, run.outputs), prefix, stream)
     letters = {r.key or b"": r for r in read_topics(bootstrap, [dlq_topic], idle_s=2.0)}
     big_records = read_topics(bootstrap, [f"{prefix}.{DB}.big"], idle_s=1.0)
     print(f"counted: consumed={consumed:.0f} (of {CHANGES + 2}) committed={committed} (ends {ends}) "
