@@ -337,14 +337,7 @@ class MicroBatchSink:
         first seen in it (even when all their changes are applied already, so a second sink
         stops at its first batch). See :meth:`sink.iceberg.IcebergTables.check_owner`."""
         assert self.tables is not None
-        if self.config.table_parallelism > 1 and len(tables) > 1:
-            # a metadata read per table (~40 ms): on the table pool, as the writes
-            for _, outcome in self._in_pool(self.tables.check_owner, sorted(tables)):
-                if isinstance(outcome, BaseException):
-                    raise outcome
-            return
-        for table in sorted(tables):
-            self.tables.check_owner(table)
+        self._each_table(self.tables.check_owner, sorted(tables))  # a metadata read per table (~40 ms)
 
     def _writes_succeed(self) -> None:
         """A micro-batch committed: the end of a run of failed attempts, if there was one."""
@@ -431,13 +424,7 @@ class MicroBatchSink:
         """Read the offsets recorded in the newest cdcnorm snapshot of each table not seen yet
         (a query per table: on the table pool, so a first batch over hundreds of tables does not
         wait for them one after the other)."""
-        unknown = [t for t in tables if t not in self._applied]
-        if self.config.table_parallelism > 1 and len(unknown) > 1:
-            for _, outcome in self._in_pool(self._applied_for, unknown):
-                if isinstance(outcome, BaseException):
-                    raise outcome
-        for table in unknown:
-            self._applied_for(table)  # read above, or now when the pool is not used
+        self._each_table(self._applied_for, [t for t in tables if t not in self._applied])
 
     def run_batch(self) -> BatchReport:
         assert self.tables is not None
@@ -572,6 +559,17 @@ class MicroBatchSink:
         if failure is not None:
             raise failure
         return written
+
+    def _each_table(self, work: Callable[[_T], object], items: list[_T]) -> None:
+        """``work`` for each of ``items`` (tables), on the table pool when ``table_parallelism``
+        allows, else one after the other; raises the first failure once all have finished."""
+        if self.config.table_parallelism > 1 and len(items) > 1:
+            for _, outcome in self._in_pool(work, items):
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            return
+        for item in items:
+            work(item)
 
     def _in_pool(self, work: Callable[[_T], _R], items: list[_T]) -> list[tuple[_T, _R | BaseException]]:
         """``work`` over ``items`` on the table pool (created on first use), waiting for all."""
