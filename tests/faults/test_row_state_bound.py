@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,7 @@ def write_keys(url: str, bound: int, first: int, count: int) -> tuple[int, int]:
     def observer() -> None:
         client = redis_client(url)
         while not stop.is_set():
-            seen[0] = max(seen[0], int(client.zcard(f"{PREFIX}rowidx:{STORE_TABLE}")))  # type: ignore[arg-type]
+            seen[0] = max(seen[0], index_size(client))
 
     threads = [threading.Thread(target=writer, args=(s,)) for s in stores]
     watch = threading.Thread(target=observer, daemon=True)
@@ -137,15 +138,39 @@ def complete_update(url: str, bound: int, kid: int) -> dict[str, Any]:
     return out.after
 
 
-def test_row_state_bounded_below_1m(own_redis: LocalProcess) -> None:
-    url, bound = own_redis.address, 250_000
+def index_size(client: redis.Redis) -> int:
+    """Images the store's index holds for the test table."""
+    return int(client.zcard(f"{PREFIX}rowidx:{STORE_TABLE}"))  # type: ignore[arg-type]
+
+
+@dataclass
+class Fill:
+    """:func:`fill` measured: Redis memory before and after, the writers' figures, the index size."""
+
+    client: redis.Redis
+    before: int
+    after: int
+    largest: int
+    evicted: int
+    seconds: float
+    size: int
+
+
+def fill(url: str, bound: int) -> Fill:
+    """Write :data:`KEYS` distinct keys' images into one table bounded at ``bound``."""
     client = redis_client(url, socket_timeout_s=30)
     before = used_memory(client)
     started = time.monotonic()
     largest, evicted = write_keys(url, bound, 0, KEYS)
     seconds = time.monotonic() - started
-    after = used_memory(client)
-    size = int(client.zcard(f"{PREFIX}rowidx:{STORE_TABLE}"))  # type: ignore[arg-type]
+    return Fill(client, before, used_memory(client), largest, evicted, seconds, index_size(client))
+
+
+def test_row_state_bounded_below_1m(own_redis: LocalProcess) -> None:
+    url, bound = own_redis.address, 250_000
+    run = fill(url, bound)
+    client, before, after, largest, evicted, seconds, size = (
+        run.client, run.before, run.after, run.largest, run.evicted, run.seconds, run.size)
     keys = int(client.dbsize())  # type: ignore[arg-type]
     kept = kept_ids(client)
     oldest_kept, newest_evicted = min(kept), max(set(range(KEYS)) - kept)
@@ -172,15 +197,11 @@ def test_row_state_bounded_below_1m(own_redis: LocalProcess) -> None:
 
 def test_row_state_bound_equal_1m(own_redis: LocalProcess) -> None:
     url, bound = own_redis.address, KEYS
-    client = redis_client(url, socket_timeout_s=30)
-    before = used_memory(client)
-    started = time.monotonic()
-    largest, evicted = write_keys(url, bound, 0, KEYS)
-    seconds = time.monotonic() - started
-    full = used_memory(client)
-    size_full = int(client.zcard(f"{PREFIX}rowidx:{STORE_TABLE}"))  # type: ignore[arg-type]
+    run = fill(url, bound)
+    client, before, full, largest, evicted, seconds, size_full = (
+        run.client, run.before, run.after, run.largest, run.evicted, run.seconds, run.size)
     more_largest, more_evicted = write_keys(url, bound, KEYS, 10_000)
-    size = int(client.zcard(f"{PREFIX}rowidx:{STORE_TABLE}"))  # type: ignore[arg-type]
+    size = index_size(client)
     keys = int(client.dbsize())  # type: ignore[arg-type]
     print(f"\ninjected: {KEYS} distinct keys' images into one table, max_rows_per_table={bound}, {seconds:.1f}s; "
           f"then 10000 more keys")
