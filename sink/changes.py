@@ -79,6 +79,9 @@ class SinkChange:
     partition: int
     offset: int
     unavailable: frozenset[str] = field(default_factory=frozenset)
+    # columns whose value was taken from an earlier change of the same batch (see ``_fold``),
+    # each with the sequence of the change it came from
+    filled: dict[str, str] = field(default_factory=dict, hash=False)
 
 
 _schema_cache: dict[bytes, tuple[tuple[SinkColumn, ...], tuple[str, ...]]] = {}
@@ -368,17 +371,24 @@ class TableBatch:
 
 
 def _fold(prev: SinkChange, nxt: SinkChange) -> SinkChange:
-    """``nxt`` with its unavailable columns filled from ``prev``'s image where ``prev`` had them."""
+    """``nxt`` with its unavailable columns filled from ``prev``'s image where ``prev`` had them.
+
+    A filled value is only as new as the change it came from, not as ``nxt``: ``filled`` records
+    that change's sequence per column, so the MERGE keeps the table's value where the table holds
+    a version at least that new (``prev`` may be a late, stale change of the key).
+    """
     if not nxt.unavailable or prev.op == Operation.DELETE or prev.row is None or nxt.row is None:
         return nxt
     row = dict(nxt.row)
     still: set[str] = set()
+    filled = dict(nxt.filled)
     for name in nxt.unavailable:
         if name in prev.row and name not in prev.unavailable:
             row[name] = prev.row[name]
+            filled[name] = prev.filled.get(name, prev.seq)
         else:
             still.add(name)
-    return replace(nxt, row=row, unavailable=frozenset(still))
+    return replace(nxt, row=row, unavailable=frozenset(still), filled=filled)
 
 
 def compact(changes: Iterable[SinkChange]) -> dict[tuple[str, str], TableBatch]:

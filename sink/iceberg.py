@@ -64,6 +64,8 @@ SEQ_COLUMN = "__cdc_seq"
 TS_COLUMN = "__cdc_ts_ms"
 OP_COLUMN = "__cdc_op"
 UNAVAILABLE_COLUMN = "__cdc_unavailable"
+# column -> sequence of the earlier change of the batch a partial change's value was taken from
+FILLED_COLUMN = "__cdc_filled"
 # Deleted keys: a side table per keyed table, ``<table>__cdc_deleted_keys`` in the same namespace,
 # holding the key, the sequence of the delete and when the sink recorded it (see write_batch)
 DELETED_KEYS_SUFFIX = "__cdc_deleted_keys"
@@ -558,6 +560,7 @@ class IcebergTables:
         cols_sql += [f"{quote(OP_COLUMN)} string", f"{quote(SEQ_COLUMN)} string", f"{quote(TS_COLUMN)} bigint"]
         if with_unavailable:
             cols_sql.append(f"{quote(UNAVAILABLE_COLUMN)} array<string>")
+            cols_sql.append(f"{quote(FILLED_COLUMN)} map<string,string>")
         schema = ", ".join(cols_sql)
         docs = _json_documents(state.columns, changes, with_unavailable)
         if docs is not None:
@@ -585,6 +588,7 @@ class IcebergTables:
             values += [str(ch.op), ch.seq, ch.ts_ms]
             if with_unavailable:
                 values.append(sorted(ch.unavailable) if ch.unavailable else [])
+                values.append(dict(ch.filled))
             rows.append(values)
         return self.spark.createDataFrame(rows, schema=schema, verifySchema=False)
 
@@ -600,10 +604,11 @@ class IcebergTables:
         a delete and is not newer than a remembered delete of its key is left out of the source."""
         key = state.key or changes[-1].key_columns
         # the columns some change of the batch did not carry (partial images): an update keeps
-        # their stored value where its change lacks them. Usually none: then every column is a
-        # plain assignment, the source frame has no unavailable array, and Spark prunes the
-        # target scan (and the join's shuffle) to the key, the sequence and the row position.
-        partial = frozenset().union(*(ch.unavailable for ch in changes))
+        # their stored value where its change lacks them, or where the value was filled from an
+        # earlier change of the batch that is not newer than the stored row. Usually none: then
+        # every column is a plain assignment, the source frame has no unavailable array, and Spark
+        # prunes the target scan (and the join's shuffle) to the key, the sequence and the row position.
+        partial = frozenset().union(*(ch.unavailable for ch in changes), *(ch.filled for ch in changes))
         frame = self._frame(state, changes, with_unavailable=bool(partial))
         view = f"cdcnorm_src_{abs(hash(tid)) % 10**8}"
         frame.createOrReplaceTempView(view)
@@ -619,9 +624,11 @@ class IcebergTables:
         for name in state.columns:
             q = quote(name)
             if name in partial:
+                lit = "'" + name.replace("'", "''") + "'"
                 sets.append(
-                    f"t.{q} = CASE WHEN array_contains(s.{quote(UNAVAILABLE_COLUMN)}, "
-                    f"'{name.replace(chr(39), chr(39) * 2)}') THEN t.{q} ELSE s.{q} END"
+                    f"t.{q} = CASE WHEN array_contains(s.{quote(UNAVAILABLE_COLUMN)}, {lit}) THEN t.{q} "
+                    f"WHEN try_element_at(s.{quote(FILLED_COLUMN)}, {lit}) <= t.{quote(SEQ_COLUMN)} THEN t.{q} "
+                    f"ELSE s.{q} END"
                 )
             else:
                 sets.append(f"t.{q} = s.{q}")
@@ -807,6 +814,7 @@ def _json_documents(
             doc[TS_COLUMN] = ch.ts_ms
             if with_unavailable:
                 doc[UNAVAILABLE_COLUMN] = sorted(ch.unavailable) if ch.unavailable else []
+                doc[FILLED_COLUMN] = ch.filled
             text = dumps(doc, default=default)
             chunk.append(text)
             size += len(text) + 1

@@ -225,6 +225,37 @@ def resurrection_history() -> History:
     return h
 
 
+def stale_fill_history() -> History:
+    """A partial update whose missing column the batch could fill only from a stale change (ORDERS).
+
+    * batch 1: insert id 1 (seq 1), update its customer to "c5" (seq 5);
+    * batch 2: a late full update of seq 3 (customer "STALE", older than the stored row), then a
+      partial update at seq 7 that changes the amount and lacks the customer.
+
+    The customer after batch 2 is "c5": the stored value is newer than the one the batch holds.
+    """
+    base_ts = 1_700_000_000_000
+    first = {"id": 1, "customer": "first", "amount": Decimal("1.00"), "created": dt.datetime(2024, 1, 1),
+             "day": dt.date(2024, 1, 1)}
+    c5, stale = {**first, "customer": "c5"}, {**first, "customer": "STALE"}
+    seven = {**c5, "amount": Decimal("7.00")}
+    h = History()
+    h.batches = [
+        [
+            ChangeEvent(Operation.CREATE, ORDERS, None, first, _source(1, base_ts + 1)),
+            ChangeEvent(Operation.UPDATE, ORDERS, first, c5, _source(5, base_ts + 5)),
+        ],
+        [
+            ChangeEvent(Operation.UPDATE, ORDERS, first, stale, _source(3, base_ts + 3)),
+            ChangeEvent(Operation.UPDATE, ORDERS, None, {**seven, "customer": UNAVAILABLE}, _source(7, base_ts + 7)),
+        ],
+    ]
+    h.events = [e for batch in h.batches for e in batch]
+    h.states = [{"orders": {(1,): c5}}, {"orders": {(1,): seven}}]
+    h.state = {"orders": {(1,): seven}}
+    return h
+
+
 def truncate_history() -> History:
     """A truncate in one micro-batch, and an older change that arrives a batch later (as one from
     another partition can), then a newer one (USERS).

@@ -107,6 +107,21 @@ def test_compaction_folds_partial_image_into_earlier_full_image() -> None:
     (last,) = compact(_changes(events))[("shop", "orders")].changes
     assert last.unavailable == frozenset()
     assert last.row is not None and last.row["customer"] == "full" and last.row["amount"] == Decimal("1.00")
+    # the filled value is as new as the change it came from, not as the partial change
+    assert last.filled == {"customer": "s1"}
+
+
+def test_compaction_fill_keeps_the_sequence_of_the_change_that_had_the_value() -> None:
+    full = {**ROW, "customer": "full"}
+    events = [
+        ChangeEvent(Operation.CREATE, ORDERS, None, full, SourceInfo("t", sequence="1")),
+        ChangeEvent(Operation.UPDATE, ORDERS, None, {**ROW, "customer": UNAVAILABLE}, SourceInfo("t", sequence="2")),
+        ChangeEvent(Operation.UPDATE, ORDERS, None, {**ROW, "customer": UNAVAILABLE, "day": UNAVAILABLE},
+                    SourceInfo("t", sequence="3")),
+    ]
+    (last,) = compact(_changes(events))[("shop", "orders")].changes
+    assert last.row is not None and (last.row["customer"], last.row["day"]) == ("full", ROW["day"])
+    assert last.filled == {"customer": "s1", "day": "s2"}
 
 
 def test_compaction_pk_change_gives_delete_and_insert() -> None:

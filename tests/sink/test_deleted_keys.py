@@ -1,6 +1,7 @@
 """Deleted keys are remembered: a stale change of a row that an earlier micro-batch deleted does
 not re-create it, a newer one does; maintenance forgets them after the retention. The same for
-a truncate and a change older than it that arrives a batch later.
+a truncate and a change older than it that arrives a batch later. And a partial update is not
+completed, inside its batch, from a change older than the stored row.
 
 The micro-batch loop runs in this process on one local Spark session, fed batch by batch from
 scripted records (``tests.sink.history.resurrection_history``) through a stand-in consumer, so
@@ -20,7 +21,7 @@ import pytest
 import sink.iceberg as ice
 from sink.config import SinkConfig
 from sink.runner import MicroBatchSink
-from tests.sink.history import History, resurrection_history, truncate_history
+from tests.sink.history import History, resurrection_history, stale_fill_history, truncate_history
 from transforms.envelope import EmitOptions, emit
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -206,3 +207,19 @@ def test_a_change_older_than_an_applied_truncate_does_not_bring_its_row_back(spa
             sink._applied.clear()
         got = {(r["tenant"], r["uid"]): r["name"] for r in spark.table(tid).collect()}
         assert got == {k: v["name"] for k, v in want["users"].items()}, f"after batch {i + 1}"
+
+
+def test_a_partial_update_is_not_completed_from_a_stale_change_of_its_batch(spark: Any, tmp_path: Path) -> None:
+    """Batch 2 holds a late update (seq 3) and a partial one (seq 7, no customer): compaction fills
+    the customer from seq 3, but the table's row (seq 5) is newer than that, so its value stays."""
+    history = stale_fill_history()
+    sink, consumer = _sink(spark, _config(tmp_path, namespace="filled"))
+    assert sink.tables is not None
+    tid = sink.tables.table_id(("shop", "orders"))
+    for i, want in enumerate(history.states):
+        consumer.feed(history, i)
+        sink.run_batch()
+        rows = {r["id"]: (r["customer"], r["amount"], r["__cdc_seq"]) for r in spark.table(tid).collect()}
+        expected = {k[0]: (row["customer"], row["amount"]) for k, row in want["orders"].items()}
+        assert {k: v[:2] for k, v in rows.items()} == expected, f"after batch {i + 1}: {rows}"
+    assert rows[1][2] == "s000000000007"

@@ -76,7 +76,8 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ice.IcebergTabl
 def _changes(rows: list[dict[str, Any]]) -> list[SinkChange]:
     return [
         SinkChange(("db", "t"), "d" if i == 2 else "u", (i,), row, f"s{i:04d}", 1_700_000_000_000 + i, (), ("i",),
-                   "topic", 0, i, frozenset({"s", "arr"}) if i % 2 else frozenset())
+                   "topic", 0, i, frozenset({"s", "arr"}) if i % 2 else frozenset(),
+                   {} if i % 2 else {"dec2": "s0000"})
         for i, row in enumerate(rows)
     ]
 
@@ -100,6 +101,7 @@ def test_json_frame_equals_python_rows(tables: ice.IcebergTables, monkeypatch: p
     last = from_json[-1]
     assert (last["f"], last["d"]) == (2.0, 3.0)  # not NULL
     assert from_json[1]["__cdc_unavailable"] == ["arr", "s"] and from_json[0]["__cdc_unavailable"] == []
+    assert from_json[0]["__cdc_filled"] == {"dec2": "s0000"} and from_json[1]["__cdc_filled"] == {}
 
 
 def test_frame_splits_into_chunks(tables: ice.IcebergTables, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -64,10 +64,22 @@ def test_partial_images_keep_only_their_missing_columns(monkeypatch: pytest.Monk
     statement, with_unavailable = _merge([_change(1), _change(2, unavailable=frozenset({"customer"}))], monkeypatch)
     assert with_unavailable == [True]
     assert (
-        "t.`customer` = CASE WHEN array_contains(s.`__cdc_unavailable`, 'customer') "
-        "THEN t.`customer` ELSE s.`customer` END"
+        "t.`customer` = CASE WHEN array_contains(s.`__cdc_unavailable`, 'customer') THEN t.`customer` "
+        "WHEN try_element_at(s.`__cdc_filled`, 'customer') <= t.`__cdc_seq` THEN t.`customer` "
+        "ELSE s.`customer` END"
     ) in statement
     assert "t.`amount` = s.`amount`" in statement and "t.`id` = s.`id`" in statement
+
+
+def test_filled_columns_keep_a_newer_stored_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A column compaction filled from an earlier change of the batch is a CASE too, though no
+    change of the batch lacks it any more."""
+    filled = _change(2)
+    filled.filled["amount"] = "s0001"
+    statement, with_unavailable = _merge([_change(1), filled], monkeypatch)
+    assert with_unavailable == [True]
+    assert "WHEN try_element_at(s.`__cdc_filled`, 'amount') <= t.`__cdc_seq` THEN t.`amount`" in statement
+    assert "t.`customer` = s.`customer`" in statement
 
 
 def _merge_with_deleted_keys(changes: list[SinkChange], monkeypatch: pytest.MonkeyPatch) -> list[str]:
