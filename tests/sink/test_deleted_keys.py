@@ -11,121 +11,16 @@ the batch boundaries are exactly the history's.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import sink.iceberg as ice
-from sink.config import SinkConfig
-from sink.runner import MicroBatchSink
-from tests.sink.history import History, resurrection_history, stale_fill_history, truncate_history
-from transforms.envelope import EmitOptions, emit
+from tests.sink.history import resurrection_history, stale_fill_history, truncate_history
+from tests.sink.scripted import TOPIC, scripted_config, scripted_sink, scripted_spark  # noqa: F401 (the spark fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-TOPIC = "cdcnorm.shop.orders"
-
-
-@dataclass
-class Record:
-    topic_: str
-    partition_: int
-    offset_: int
-    key_: bytes | None
-    value_: bytes | None
-
-    def topic(self) -> str:
-        return self.topic_
-
-    def partition(self) -> int:
-        return self.partition_
-
-    def offset(self) -> int:
-        return self.offset_
-
-    def key(self) -> bytes | None:
-        return self.key_
-
-    def value(self) -> bytes | None:
-        return self.value_
-
-    def error(self) -> None:
-        return None
-
-
-class BatchConsumer:
-    """Hands out one scripted batch per poll window (then nothing), one partition per topic;
-    remembers the committed offsets."""
-
-    def __init__(self) -> None:
-        self.pending: list[Record] = []
-        self.commits: dict[tuple[str, int], int] = {}
-        self.ends: dict[tuple[str, int], int] = {}
-
-    def feed(self, history: History, batch: int) -> None:
-        for rec in emit(history.batches[batch], EmitOptions(prefix="cdcnorm")):
-            offset = self.ends.get((rec.topic, 0), 0)
-            self.pending.append(Record(rec.topic, 0, offset, rec.key_bytes(), rec.value_bytes()))
-            self.ends[(rec.topic, 0)] = offset + 1
-
-    def consume(self, num_messages: int, timeout: float) -> list[Record]:
-        out, self.pending = self.pending[:num_messages], self.pending[num_messages:]
-        return out
-
-    def commit(self, offsets: list[Any], asynchronous: bool = False) -> None:
-        for tp in offsets:
-            self.commits[(tp.topic, tp.partition)] = tp.offset
-
-    def assignment(self) -> list[Any]:
-        from confluent_kafka import TopicPartition
-
-        return [TopicPartition(t, p) for t, p in self.ends]
-
-    def position(self, partitions: list[Any]) -> list[Any]:
-        from confluent_kafka import TopicPartition
-
-        return [TopicPartition(p.topic, p.partition, self.commits.get((p.topic, p.partition), -1001)) for p in partitions]
-
-    def committed(self, partitions: list[Any], timeout: float | None = None) -> list[Any]:
-        return self.position(partitions)
-
-    def get_watermark_offsets(self, partition: Any, timeout: float | None = None, cached: bool = False) -> tuple[int, int]:
-        return 0, self.ends.get((partition.topic, partition.partition), 0)
-
-    def pause(self, partitions: list[Any]) -> None:
-        pass
-
-
-def _config(warehouse: Path, **sink: Any) -> SinkConfig:
-    return SinkConfig.from_section({
-        "topics": [TOPIC],
-        "trigger_interval_seconds": 0.2,
-        "poll_timeout_seconds": 0.1,
-        "catalog": {"name": "dk", "warehouse": str(warehouse)},
-        "maintenance": {"enabled": False},
-        **sink,
-    })
-
-
-@pytest.fixture(scope="module")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    session = ice.build_spark(_config(tmp_path_factory.mktemp("warehouse")))
-    try:
-        yield session
-    finally:
-        session.stop()
-
-
-def _sink(spark: Any, config: SinkConfig) -> tuple[MicroBatchSink, BatchConsumer]:
-    sink = MicroBatchSink(config, "unused:9092", report=lambda r: print(r.line()))
-    sink.spark = spark
-    sink.tables = ice.IcebergTables(spark, config)
-    consumer = BatchConsumer()
-    sink.consumer = consumer
-    return sink, consumer
 
 
 def _orders(spark: Any, tid: str) -> dict[int, str]:
@@ -138,8 +33,8 @@ def _want(state: dict[tuple[Any, ...], dict[str, Any]]) -> dict[int, str]:
 
 def test_a_stale_change_of_a_deleted_row_does_not_bring_it_back(spark: Any, tmp_path: Path) -> None:
     history = resurrection_history()
-    config = _config(tmp_path, namespace="remembered")
-    sink, consumer = _sink(spark, config)
+    config = scripted_config(tmp_path, namespace="remembered")
+    sink, consumer = scripted_sink(spark, config)
     assert sink.tables is not None
     tid = sink.tables.table_id(("shop", "orders"))
     seen = []
@@ -169,7 +64,7 @@ def test_without_the_memory_the_stale_change_resurrects_the_row(spark: Any, tmp_
     """The control: with deleted_keys_retention_seconds 0 the replay of batch 2 brings id 1 back
     (the behaviour before deleted keys were remembered), so the test above tests something."""
     history = resurrection_history()
-    sink, consumer = _sink(spark, _config(tmp_path, namespace="forgetful", deleted_keys_retention_seconds=0))
+    sink, consumer = scripted_sink(spark, scripted_config(tmp_path, namespace="forgetful", deleted_keys_retention_seconds=0))
     assert sink.tables is not None
     for i in range(2):
         consumer.feed(history, i)
@@ -180,8 +75,8 @@ def test_without_the_memory_the_stale_change_resurrects_the_row(spark: Any, tmp_
 
 def test_maintenance_forgets_deleted_keys_after_the_retention(spark: Any, tmp_path: Path) -> None:
     history = resurrection_history()
-    config = _config(tmp_path, namespace="expiring", deleted_keys_retention_seconds=3600)
-    sink, consumer = _sink(spark, config)
+    config = scripted_config(tmp_path, namespace="expiring", deleted_keys_retention_seconds=3600)
+    sink, consumer = scripted_sink(spark, config)
     assert sink.tables is not None
     consumer.feed(history, 0)
     sink.run_batch()
@@ -196,7 +91,7 @@ def test_maintenance_forgets_deleted_keys_after_the_retention(spark: Any, tmp_pa
 
 def test_a_change_older_than_an_applied_truncate_does_not_bring_its_row_back(spark: Any, tmp_path: Path) -> None:
     history = truncate_history()
-    sink, consumer = _sink(spark, _config(tmp_path, namespace="truncated"))
+    sink, consumer = scripted_sink(spark, scripted_config(tmp_path, namespace="truncated"))
     assert sink.tables is not None
     tid = sink.tables.table_id(("shop", "users"))
     for i, want in enumerate(history.states):
@@ -213,7 +108,7 @@ def test_a_partial_update_is_not_completed_from_a_stale_change_of_its_batch(spar
     """Batch 2 holds a late update (seq 3) and a partial one (seq 7, no customer): compaction fills
     the customer from seq 3, but the table's row (seq 5) is newer than that, so its value stays."""
     history = stale_fill_history()
-    sink, consumer = _sink(spark, _config(tmp_path, namespace="filled"))
+    sink, consumer = scripted_sink(spark, scripted_config(tmp_path, namespace="filled"))
     assert sink.tables is not None
     tid = sink.tables.table_id(("shop", "orders"))
     for i, want in enumerate(history.states):
