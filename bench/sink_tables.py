@@ -35,6 +35,7 @@ from bench.sink_merge import ORDERS, change_records, produce_records
 __all__ = ["main"]
 
 TARGET = 0.5
+HOLD = 3600.0  # the sustained run's commit interval: longer than the run, so tables are written at its end
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class Run:
     commit_seconds: float = 0.0
     batches: int = 0
     cpu_seconds: float = 0.0
+    table_writes: int = 0  # tables written, summed over the batches (one MERGE and commit each)
 
     @property
     def rate(self) -> float:
@@ -78,7 +80,9 @@ def _records(layout: str, tables: int, changes: int, keys: int, seed: int) -> li
     return out
 
 
-def _sink(bootstrap: str, workdir: Path, layout: str, group: str, parallelism: int) -> Any:
+def _sink(
+    bootstrap: str, workdir: Path, layout: str, group: str, parallelism: int, max_records: int, commit_interval: float
+) -> Any:
     from sink.config import SinkConfig
     from sink.runner import MicroBatchSink
 
@@ -91,6 +95,8 @@ def _sink(bootstrap: str, workdir: Path, layout: str, group: str, parallelism: i
             "catalog": {"warehouse": str(workdir / "warehouse")},
             "maintenance": {"enabled": False},
             "table_parallelism": parallelism,
+            "max_records_per_batch": max_records,
+            "commit_interval_seconds": commit_interval,
         }
     )
     return MicroBatchSink(config, bootstrap, consumer_conf={"topic.metadata.refresh.interval.ms": 1000})
@@ -118,18 +124,30 @@ def _run(sink: Any, expect: int) -> Run:
         run.seconds += r.seconds
         run.commit_seconds += r.commit_seconds
         run.batches += 1
+        run.table_writes += len(r.tables)
     return run
 
 
-def measure(bootstrap: str, workdir: Path, layout: str, tables: int, size: Size, parallelism: int) -> Run:
-    """Warm-up (one change per table, creates them), then ``size.changes`` changes, timed."""
+def measure(
+    bootstrap: str,
+    workdir: Path,
+    layout: str,
+    tables: int,
+    size: Size,
+    parallelism: int,
+    batches: int = 1,
+    commit_interval: float = 0.0,
+) -> Run:
+    """Warm-up (one change per table, creates them), then ``size.changes`` changes, timed, read
+    in ``batches`` micro-batches (``max_records_per_batch``) with ``commit_interval``."""
     from service.local import create_topics
 
     create_topics(bootstrap, [f"cdcnorm.bench.{layout}_{t:03d}" for t in range(tables)], partitions=1)
     keys = size.keys_per_table * size.tables // tables
     warm = _records(layout, tables, tables, keys, seed=1)
     timed = _records(layout, tables, size.changes, keys, seed=1000)
-    sink = _sink(bootstrap, workdir, layout, f"bench-{layout}", parallelism)
+    max_records = max(tables, -(-size.changes // batches))
+    sink = _sink(bootstrap, workdir, layout, f"bench-{layout}", parallelism, max_records, commit_interval)
     try:
         sink.start()
         produce_records(bootstrap, warm)
@@ -139,7 +157,8 @@ def measure(bootstrap: str, workdir: Path, layout: str, tables: int, size: Size,
     finally:
         sink.close()
     print(
-        f"{layout}: {tables} tables, parallelism {parallelism}: {run.changes} changes in {run.batches} batches, "
+        f"{layout}: {tables} tables, parallelism {parallelism}, commit interval {commit_interval:g}s: "
+        f"{run.changes} changes in {run.batches} batches writing {run.table_writes} tables, "
         f"{run.seconds:.1f}s ({run.rate:.0f}/s), commit {run.commit_seconds:.1f}s, driver CPU {run.cpu_seconds:.1f}s",
         flush=True,
     )
@@ -150,6 +169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser("sink throughput over many tables against one table")
     parser.add_argument("--parallelism", type=int, default=4, help="sink.table_parallelism of the measured runs")
     parser.add_argument("--no-sequential", action="store_true", help="skip the table_parallelism=1 run")
+    parser.add_argument(
+        "--batches", type=int, default=10,
+        help="micro-batches of the sustained runs (1 table, and many tables with a commit interval); 0: skip them",
+    )
     args = parser.parse_args(argv)
     size = SIZES[args.size]
     report = BenchReport(
@@ -183,6 +206,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 seq.rate,
                 "changes/s",
                 f"ratio {seq.rate / one.rate:.2f} to 1 table; commit phase {seq.commit_seconds:.1f}s",
+            )
+        if args.batches > 0:
+            # sustained: the same changes in several micro-batches. Without a commit interval every
+            # batch writes every table (the single-batch many-table cost, per batch); with one as
+            # long as the run, each table is written once, at the end
+            one_b = measure(broker.address, workdir, "oneb", 1, size, args.parallelism, args.batches)
+            held = measure(broker.address, workdir, "held", size.tables, size, args.parallelism, args.batches, HOLD)
+            report.info(
+                f"changes/s over {size.tables} tables in {args.batches} micro-batches, commit_interval_seconds {HOLD:g}",
+                held.rate,
+                "changes/s",
+                f"ratio {held.rate / one_b.rate:.2f} to 1 table in {args.batches} micro-batches ({one_b.rate:.0f}/s); "
+                f"{held.table_writes} table writes (without the interval: {args.batches * size.tables})",
             )
         for name, run in (("1 table", one), (f"{size.tables} tables", many)):
             report.info(f"driver CPU per change, {name}", run.cpu_seconds / run.changes * 1e6, "us")

@@ -132,6 +132,29 @@ class SinkConfig(_Strict):
             "scheduler pool. 1: one table after the other."
         ),
     )
+    commit_interval_seconds: float = Field(
+        0.0,
+        ge=0,
+        description=(
+            "How long a table's changes may wait in the sink before they are written. 0 (the default): "
+            "every micro-batch writes every table it read changes of. Above 0: a table is written once "
+            "its oldest unwritten change was read this long ago, or when the sink holds more than "
+            "max_held_changes unwritten changes, or when it stops; a database of many small "
+            "tables then costs one MERGE and Iceberg commit per table per interval, not per trigger "
+            "(like the Iceberg Kafka Connect sink's commit interval). Unwritten changes are not "
+            "acknowledged: their partitions' Kafka offsets are committed only up to the first of them, "
+            "so a crash or a rebalance reads them again. Freshness is then about this plus one trigger."
+        ),
+    )
+    max_held_changes: int = Field(
+        500_000,
+        gt=0,
+        description=(
+            "With commit_interval_seconds: when the sink holds more unwritten changes than this, every "
+            "table holding some is written in the next micro-batch (the driver keeps them in memory, "
+            "about a kilobyte each for a narrow table)."
+        ),
+    )
     metrics_port: int | None = Field(None, ge=0, le=65535)
     liveness_stall_seconds: float = Field(
         600.0,

@@ -39,6 +39,7 @@ from sink.config import SinkConfig
 from sink.faults import crash_point
 from sink.health import SinkHealth
 from sink.iceberg import IcebergTables, IncompatibleSchemaError, build_spark
+from sink.pending import HeldChanges
 from sink.retry import Backoff, describe_failure, failure_reason, is_retried
 
 __all__ = ["BatchReport", "MicroBatchSink", "RunSummary", "serve_metrics"]
@@ -73,6 +74,12 @@ LAST_COMMIT = Gauge(
     "cdcnorm_sink_last_commit_timestamp_seconds",
     "Unix time of the last micro-batch whose Iceberg commits and Kafka offset commit succeeded",
 )
+HELD = Gauge(
+    "cdcnorm_sink_held_changes",
+    "Changes read but not written yet, held until their table's commit interval is over "
+    "(sink.commit_interval_seconds); their partitions' Kafka offsets are committed only up to the first",
+)
+HELD_AGE = Gauge("cdcnorm_sink_oldest_held_seconds", "Seconds since the oldest held change was read (0: none held)")
 SINCE_PROGRESS = Gauge(
     "cdcnorm_sink_seconds_since_progress",
     "Seconds the sink has had records to read or a micro-batch in flight without committing one "
@@ -104,6 +111,7 @@ class BatchReport:
     skipped_applied: int = 0
     seconds: float = 0.0
     lag: int | None = None
+    held: int = 0  # changes read and held for a later batch (commit_interval_seconds)
 
     @property
     def rows_per_second(self) -> float:
@@ -122,6 +130,7 @@ class BatchReport:
             f"appends={self.appends} truncates={self.truncates} tables={len(self.tables)} "
             f"commit={self.commit_seconds:.2f}s freshness={fresh} rows/s={self.rows_per_second:.0f} "
             f"lag={'-' if self.lag is None else self.lag} touched={touched}"
+            + (f" held={self.held}" if self.held else "")
             + (f" skipped(already applied)={self.skipped_applied}" if self.skipped_applied else "")
         )
 
@@ -195,9 +204,12 @@ class MicroBatchSink:
         self._failing_since: float | None = None  # when its first attempt failed (monotonic)
         self.health = SinkHealth(config.liveness_stall_seconds)
         SINCE_PROGRESS.set_function(self.health.seconds_since_progress)
+        HELD_AGE.set_function(lambda: self._held.oldest_age(time.monotonic()))
         self._start_positions: dict[tuple[str, int], int | None] = {}  # where unread partitions start
         self._lag_labels: set[tuple[str, int]] = set()
         self._pool: ThreadPoolExecutor | None = None  # writes the tables of a batch (table_parallelism)
+        self._held = HeldChanges(config.commit_interval_seconds, config.max_held_changes)
+        self._read_to: dict[tuple[str, int], int] = {}  # per partition, the offset after the last record read
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -260,9 +272,8 @@ class MicroBatchSink:
                         raise
                     self._retry_later(exc)
                     continue
-                if report.rows_read:
+                if report.rows_read or report.tables:
                     self._writes_succeed()
-                if report.rows_read:
                     summary.add(report)
                     self.report(report)
                     idle_batches = 0
@@ -276,10 +287,30 @@ class MicroBatchSink:
                 # some brokers report wrong high watermarks). Allow a first idle batch for the group join.
                 if once and idle_batches >= (2 if summary.batches else 8):
                     break
+            self._flush_held(summary)
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
         return summary
+
+    def _flush_held(self, summary: RunSummary) -> None:
+        """At the end of a run, write the tables holding changes (``commit_interval_seconds``).
+        A failure is logged, not retried: their offsets are not committed, the next run reads them again."""
+        if not self._held:
+            return
+        log.info("writing %d held changes of %d tables before stopping", self._held.count, self._held.tables)
+        try:
+            report = self.run_batch(flush=True)
+        except Exception as exc:
+            if not is_retried(exc):
+                raise
+            log.error("could not write the held changes (%s); their offsets are not committed, the next run "
+                      "reads them again", describe_failure(exc))
+            self._held.clear()
+            return
+        if report.tables:
+            summary.add(report)
+            self.report(report)
 
     ONCE_JOIN_TIMEOUT_S = 60.0
 
@@ -324,6 +355,8 @@ class MicroBatchSink:
         )
         self.health.write_failed(f"table {table}: {reason}: {what}", delay)
         self._rewind()
+        self._held.clear()  # read again: the rewind goes back to the first held change too
+        HELD.set(0)
         self._applied.clear()
         if self.tables is not None:
             self.tables.forget_cached()
@@ -360,6 +393,7 @@ class MicroBatchSink:
         for (topic, partition), offset in self._batch_start.items():
             if (topic, partition) not in assigned:
                 continue
+            self._read_to.pop((topic, partition), None)
             try:
                 self.consumer.seek(TopicPartition(topic, partition, offset))
             except KafkaException as exc:
@@ -426,24 +460,38 @@ class MicroBatchSink:
         wait for them one after the other)."""
         self._each_table(self._applied_for, [t for t in tables if t not in self._applied])
 
-    def run_batch(self) -> BatchReport:
+    def run_batch(self, flush: bool = False) -> BatchReport:
+        """One micro-batch: poll, parse, hold or write each table, commit the Kafka offsets.
+
+        ``flush`` (at the end of a run): no poll, write every held table."""
         assert self.tables is not None
-        msgs = self._poll()
-        self._batch_start = _first_offsets(msgs)  # where a retry reads the batch again
+        msgs = [] if flush else self._poll()
+        first = _first_offsets(msgs)
+        if self._held:
+            # held changes that are being read again (a rewind, a re-assignment) or whose
+            # partition went to another sink are forgotten: they come again from Kafka
+            assigned = None if flush else {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+            if self._held.drop(keep=first, assigned=assigned):
+                HELD.set(self._held.count)
+        # where a retry reads the batch again: its first records, or the first held change
+        self._batch_start = {**first}
+        for tp, offset in self._held.first_offsets().items():
+            self._batch_start[tp] = min(offset, self._batch_start.get(tp, offset))
         known = set(self._applied)  # tables seen before this batch (their offsets read)
         report = BatchReport(rows_read=len(msgs))
-        if not msgs:
+        now = time.monotonic()
+        if not msgs and not self._held.due(now, everything=flush):
             self.health.observe_lag(self._measure_lag())
+            report.held = self._held.count
             return report
         polled = time.monotonic()
         self.health.batch_started(len(msgs))
         ROWS_READ.inc(len(msgs))
-        next_offsets: dict[tuple[str, int], int] = {}
+        for msg in msgs:  # per partition in offset order: the last one read wins
+            self._read_to[(msg.topic(), msg.partition())] = msg.offset() + 1
         first_paused: dict[tuple[str, int], int] = {}
         parsed: list[SinkChange] = []
         for msg in msgs:
-            tp = (msg.topic(), msg.partition())
-            next_offsets[tp] = max(next_offsets.get(tp, 0), msg.offset() + 1)
             try:
                 change = self.parser.parse(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value())
             except ChangeParseError as exc:
@@ -453,23 +501,27 @@ class MicroBatchSink:
             if change is None:
                 continue
             if change.table in self._paused_tables:
-                first_paused.setdefault(tp, msg.offset())
+                first_paused.setdefault((msg.topic(), msg.partition()), msg.offset())
                 continue
             parsed.append(change)
-        del msgs, msg  # the raw records are parsed: free them before the merge (driver peak memory)
+        del msgs  # the raw records are parsed: free them before the merge (driver peak memory)
         self._load_applied({c.table for c in parsed})
-        changes: list[SinkChange] = []
-        table_offsets: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+        fresh: list[SinkChange] = []
         for change in parsed:
-            key = _tp(change.topic, change.partition)
-            if change.offset < self._applied[change.table].get(key, 0):
+            if change.offset < self._applied[change.table].get(_tp(change.topic, change.partition), 0):
                 report.skipped_applied += 1
                 continue
-            changes.append(change)
-            offsets = table_offsets[change.table]
-            offsets[key] = max(offsets.get(key, 0), change.offset + 1)
+            fresh.append(change)
         del parsed
-        report.changes = len(changes)
+        report.changes = len(fresh)
+        self._held.add(fresh, now)
+        due = self._held.due(now, everything=flush)
+        changes = self._held.take(due)
+        table_offsets: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+        for change in changes:
+            offsets = table_offsets[change.table]
+            key = _tp(change.topic, change.partition)
+            offsets[key] = max(offsets.get(key, 0), change.offset + 1)
         self._check_owners(set(self._applied) - known | set(table_offsets))
         started = time.monotonic()
         for table, batch, counts in self._write_tables(compact(changes), table_offsets, changes, first_paused):
@@ -488,10 +540,14 @@ class MicroBatchSink:
         COMMIT_SECONDS.observe(report.commit_seconds)
         if report.newest_ts_ms:
             FRESHNESS.set(max(0.0, time.time() - report.newest_ts_ms / 1000))
-        self._commit(next_offsets, first_paused)
+        # the partitions read now and those of the changes just written: each up to what was
+        # read of it, but not past its first held (or paused) change
+        self._commit(set(first) | {(c.topic, c.partition) for c in changes}, first_paused)
         self.health.committed()
         LAST_COMMIT.set(time.time())
+        HELD.set(self._held.count)
         crash_point("after-kafka-commit")
+        report.held = self._held.count
         report.seconds = time.monotonic() - polled
         report.lag = self._measure_lag()
         self.health.observe_lag(report.lag)
@@ -670,14 +726,22 @@ class MicroBatchSink:
                 tp = (ch.topic, ch.partition)
                 first_paused[tp] = min(first_paused.get(tp, ch.offset), ch.offset)
 
-    def _commit(self, next_offsets: dict[tuple[str, int], int], first_paused: dict[tuple[str, int], int]) -> None:
+    def _commit(self, partitions: set[tuple[str, int]], first_paused: dict[tuple[str, int], int]) -> None:
+        """Commit ``partitions``' offsets: each up to what the sink has read of it, but not past
+        its first held change (``commit_interval_seconds``) or the first change of a paused table."""
         from confluent_kafka import TopicPartition
 
+        held = self._held.first_offsets()
         commits = []
         to_pause = []
-        for tp, offset in next_offsets.items():
+        for tp in sorted(partitions):
+            offset = self._read_to.get(tp)
+            if offset is None:
+                continue
+            if tp in held:
+                offset = min(offset, held[tp])
             if tp in first_paused:
-                offset = first_paused[tp]
+                offset = min(offset, first_paused[tp])
                 if tp not in self._paused_tps:
                     to_pause.append(TopicPartition(tp[0], tp[1]))
                     self._paused_tps.add(tp)
