@@ -122,22 +122,33 @@ def test_sink_reaches_the_independently_computed_state(broker: LocalProcess, tmp
         assert sorted(map(orjson.dumps, again[name]["rows"])) == sorted(map(orjson.dumps, tables[name]["rows"])), name
 
 
-def test_sink_crash_between_iceberg_and_offset_commit(broker: LocalProcess, tmp_path: Path) -> None:
-    history = scripted_history(n_keys=25, n_changes=500, seed=5)
-    # keep this run's topics apart from the other test's
+def _produce_as(bootstrap: str, history: History, db: str, tmp: Path, group: str, max_records: int,
+                **sink: Any) -> Path:
+    """Produce ``history`` with its tables moved to database ``db`` (topics of this test only) on
+    2 partitions; returns a sink config reading them."""
     for e in history.events:
-        object.__setattr__(e, "table", e.table.with_name("crash", None, e.table.table))
+        object.__setattr__(e, "table", e.table.with_name(db, None, e.table.table))
     records = history.records()
     from confluent_kafka import Producer
 
-    create_topics(broker.address, sorted({r.topic for r in records}), partitions=2)
-    producer = Producer({"bootstrap.servers": broker.address})
+    create_topics(bootstrap, sorted({r.topic for r in records}), partitions=2)
+    producer = Producer({"bootstrap.servers": bootstrap})
     for r in records:
         producer.produce(r.topic, key=r.key_bytes(), value=r.value_bytes())
     assert producer.flush(30) == 0
-    config = _config(tmp_path, broker.address, "sink-crash", max_records=200)
-    text = config.read_text().replace(r"cdcnorm\.shop\..*", r"cdcnorm\.crash\..*")
-    config.write_text(text)
+    config = _config(tmp, bootstrap, group, max_records=max_records, **sink)
+    config.write_text(config.read_text().replace(r"cdcnorm\.shop\..*", rf"cdcnorm\.{db}\..*"))
+    return config
+
+
+def _assert_state_of(config: Path, db: str, history: History) -> None:
+    _assert_state({k.replace(f"{db}.", "shop."): v for k, v in _tables(config).items()}, history)
+
+
+def test_sink_crash_between_iceberg_and_offset_commit(broker: LocalProcess, tmp_path: Path) -> None:
+    history = scripted_history(n_keys=25, n_changes=500, seed=5)
+    # keep this run's topics apart from the other tests'
+    config = _produce_as(broker.address, history, "crash", tmp_path, "sink-crash", max_records=200)
     crashes = [
         {"CDCNORM_CRASH_POINT": "after-iceberg-commit", "CDCNORM_CRASH_AFTER": "1"},
         {"CDCNORM_CRASH_POINT": "between-table-commits", "CDCNORM_CRASH_AFTER": "2"},
@@ -148,6 +159,21 @@ def test_sink_crash_between_iceberg_and_offset_commit(broker: LocalProcess, tmp_
         assert proc.returncode == -9, proc.stdout[-2000:] + proc.stderr[-2000:]
     proc = _run(config, "sink", "--once")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    tables = _tables(config)
-    renamed = {k.replace("crash.", "shop."): v for k, v in tables.items()}
-    _assert_state(renamed, history)
+    _assert_state_of(config, "crash", history)
+
+
+def test_sink_with_a_commit_interval_killed_while_it_holds_changes(broker: LocalProcess, tmp_path: Path) -> None:
+    """With ``commit_interval_seconds`` the sink holds changes over micro-batches (and writes
+    every table when it holds more than ``max_held_changes``); killed after a batch's Kafka
+    commit with changes held, a restart reads them again: the tables equal the history."""
+    history = scripted_history(n_keys=25, n_changes=500, seed=8)
+    config = _produce_as(broker.address, history, "held", tmp_path, "sink-held", max_records=120,
+                         commit_interval_seconds=3600, max_held_changes=300)
+    proc = _run(config, "sink", "--once", env={"CDCNORM_CRASH_POINT": "after-kafka-commit", "CDCNORM_CRASH_AFTER": "4"})
+    print(proc.stdout[-1500:])
+    assert proc.returncode == -9, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "held=" in proc.stdout
+    proc = _run(config, "sink", "--once")
+    print(proc.stdout[-1500:])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    _assert_state_of(config, "held", history)
