@@ -18,7 +18,9 @@ commits of a batch come before its Kafka commit, so a change is readable slightl
 After the producer stops, the sink runs on until every produced record is committed. Figures:
 p50, p95 and max freshness against the trigger interval (ratio = intervals), **target p95 <= 2
 intervals**; the number of micro-batches, their mean duration (end of the poll window to the
-Kafka commit: ``BatchReport.seconds``) and the tables each touched.
+Kafka commit: ``BatchReport.seconds``) and the tables each touched; and the share of the
+machine's cores busy during the measured run, this bench's processes apart from the others
+(a run disturbed by other work shows there).
 
 An untimed warm-up batch (one change per table) creates the tables first, as in
 :mod:`bench.sink_tables`.
@@ -31,6 +33,7 @@ tiny: 10 tables, 50 changes/s for 15 s, 2 s trigger; full: 100 tables, 200 chang
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import statistics
 import tempfile
@@ -43,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import BenchReport, Ratio, bench_parser, percentile
+from bench.service_e2e import machine_busy_seconds
 from bench.sink_merge import ORDERS, change_records, produce_records
 
 __all__ = ["main"]
@@ -174,12 +178,30 @@ class _SteadyProducer(threading.Thread):
             raise RuntimeError(f"{left} records left unsent")
 
 
+def _tree_cpu_seconds() -> float:
+    """CPU seconds of this process and its live children: the JVM, the broker."""
+    import psutil
+
+    total = 0.0
+    me = psutil.Process()
+    for proc in [me, *me.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
 @dataclass
 class Result:
     freshness: list[float] = field(default_factory=list)  # seconds, one per committed change
     missing: int = 0  # changes produced but not committed before the deadline
     reports: list[Any] = field(default_factory=list)  # BatchReport of each measured micro-batch
     commits: int = 0
+    wall: float = 0.0  # the measured run: the producer's start to the sink's stop
+    machine_busy: float = 0.0  # the share of all cores busy meanwhile (every process)
+    own_busy: float = 0.0  # of which this bench's processes (driver, JVM, broker)
 
 
 def _freshness(producer: _SteadyProducer, clock: _CommitClock) -> tuple[list[float], int]:
@@ -281,6 +303,7 @@ def measure(bootstrap: str, workdir: Path, size: Size, rate: float, seconds: flo
         sink.report = on_batch
         commits_before = len(clock.commits)
         watcher = threading.Thread(target=watch, name="bench-drain", daemon=True)
+        t0, busy0, own0 = time.monotonic(), machine_busy_seconds(), _tree_cpu_seconds()
         producer.start()
         watcher.start()
         try:
@@ -289,6 +312,10 @@ def measure(bootstrap: str, workdir: Path, size: Size, rate: float, seconds: flo
             stop_watching.set()
             producer.join()
             watcher.join(5)
+        result.wall = time.monotonic() - t0
+        cores = result.wall * (os.cpu_count() or 1)
+        result.machine_busy = (machine_busy_seconds() - busy0) / cores
+        result.own_busy = (_tree_cpu_seconds() - own0) / cores
         if producer.error is not None:
             raise producer.error
         result.commits = len(clock.commits) - commits_before
@@ -362,9 +389,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{max((r.seconds for r in reports), default=0.0):.1f}s")
     report.info("tables touched per batch", statistics.fmean(touched) if touched else 0.0, "tables",
                 f"min {min(touched, default=0)}, max {max(touched, default=0)}")
+    if touched and sum(touched):
+        report.info("commit phase per table", sum(r.commit_seconds for r in reports) / sum(touched), "s",
+                    f"wall time of the MERGEs and commits over the tables touched, {parallelism} at a time")
     report.info("records per batch", statistics.fmean(r.rows_read for r in reports) if reports else 0.0, "records")
     report.info("producer behind schedule, at most", producer.max_late, "s",
                 "each change's produce time is its own, so this shifts the rate, not the figures")
+    report.info("machine CPU busy during the measured run", f"{result.machine_busy:.0%}", "",
+                f"{result.own_busy:.0%} this bench (driver, JVM, broker), the rest other processes; "
+                f"{os.cpu_count()} cores, {result.wall:.0f}s")
     if producer.failed:
         report.info("records not delivered", producer.failed, "records")
     return report.finish(args)
