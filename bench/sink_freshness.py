@@ -339,6 +339,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     trigger = args.trigger or size.trigger
     rate = args.rate or size.rate
     seconds = args.seconds or size.seconds
+    report = BenchReport(
+        "sink_freshness",
+        args.size,
+        params={"tables": size.tables, "rate": rate, "seconds": seconds, "trigger": trigger},
+    )
     from service.local import start_tansu
 
     workdir = Path(tempfile.mkdtemp(prefix="cdcnorm-bench-fresh-"))
@@ -352,12 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
 
     parallelism = config.table_parallelism
-    report = BenchReport(
-        "sink_freshness",
-        args.size,
-        params={"tables": size.tables, "rate": rate, "seconds": seconds, "trigger": trigger,
-                "parallelism": parallelism, "changes": len(producer.sent_at)},
-    )
+    report.params.update(parallelism=parallelism, changes=len(producer.sent_at))
     lat = result.freshness
     if not lat:
         raise RuntimeError("no change was committed")
