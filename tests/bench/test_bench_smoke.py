@@ -128,6 +128,17 @@ def test_sink_tables_bench(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.spark
+def test_sink_freshness_bench(tmp_path: Path) -> None:
+    result = _run_bench("sink_freshness", tmp_path, timeout=420)
+    _assert_measured(result, "sink_freshness")
+    assert any(r["name"].startswith("freshness p95") and r["target"] == 2.0 for r in result["ratios"])
+    infos = {i["name"]: i["value"] for i in result["infos"]}
+    assert infos["changes committed"] == result["params"]["changes"] > 0  # every change reached a commit
+    assert infos["micro-batches"] >= 1
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("name", ["service_e2e", "scaling", "worker_memory"])
 def test_service_benches(name: str, tmp_path: Path) -> None:
     _assert_measured(_run_bench(name, tmp_path, timeout=420), name)
