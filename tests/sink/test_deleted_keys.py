@@ -11,13 +11,15 @@ the batch boundaries are exactly the history's.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import sink.iceberg as ice
-from tests.sink.history import resurrection_history, stale_fill_history, truncate_history
+from sink.runner import MicroBatchSink
+from tests.sink.history import History, resurrection_history, stale_fill_history, truncate_history
 from tests.sink.scripted import TOPIC, scripted_config, scripted_sink, scripted_spark  # noqa: F401 (the spark fixture)
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -89,14 +91,21 @@ def test_maintenance_forgets_deleted_keys_after_the_retention(spark: Any, tmp_pa
     assert spark.table(side).count() == 0
 
 
-def test_a_change_older_than_an_applied_truncate_does_not_bring_its_row_back(spark: Any, tmp_path: Path) -> None:
-    history = truncate_history()
-    sink, consumer = scripted_sink(spark, scripted_config(tmp_path, namespace="truncated"))
+def _each_batch(spark: Any, tmp_path: Path, history: History, namespace: str, table: str
+                ) -> Iterator[tuple[int, dict[str, Any], str, MicroBatchSink]]:
+    """Run ``history`` batch by batch; yields after each: its index, the expected state, the
+    table's id and the sink."""
+    sink, consumer = scripted_sink(spark, scripted_config(tmp_path, namespace=namespace))
     assert sink.tables is not None
-    tid = sink.tables.table_id(("shop", "users"))
+    tid = sink.tables.table_id(("shop", table))
     for i, want in enumerate(history.states):
         consumer.feed(history, i)
         sink.run_batch()
+        yield i, want, tid, sink
+
+
+def test_a_change_older_than_an_applied_truncate_does_not_bring_its_row_back(spark: Any, tmp_path: Path) -> None:
+    for i, want, tid, sink in _each_batch(spark, tmp_path, truncate_history(), "truncated", "users"):
         if i == 0:  # a new process (a restart) reads the remembered truncate back from the table
             sink.tables = ice.IcebergTables(spark, sink.config)
             sink._applied.clear()
@@ -107,13 +116,7 @@ def test_a_change_older_than_an_applied_truncate_does_not_bring_its_row_back(spa
 def test_a_partial_update_is_not_completed_from_a_stale_change_of_its_batch(spark: Any, tmp_path: Path) -> None:
     """Batch 2 holds a late update (seq 3) and a partial one (seq 7, no customer): compaction fills
     the customer from seq 3, but the table's row (seq 5) is newer than that, so its value stays."""
-    history = stale_fill_history()
-    sink, consumer = scripted_sink(spark, scripted_config(tmp_path, namespace="filled"))
-    assert sink.tables is not None
-    tid = sink.tables.table_id(("shop", "orders"))
-    for i, want in enumerate(history.states):
-        consumer.feed(history, i)
-        sink.run_batch()
+    for i, want, tid, _ in _each_batch(spark, tmp_path, stale_fill_history(), "filled", "orders"):
         rows = {r["id"]: (r["customer"], r["amount"], r["__cdc_seq"]) for r in spark.table(tid).collect()}
         expected = {k[0]: (row["customer"], row["amount"]) for k, row in want["orders"].items()}
         assert {k: v[:2] for k, v in rows.items()} == expected, f"after batch {i + 1}: {rows}"
