@@ -223,6 +223,9 @@ class _TableState:
     deleted_keys: bool | None = None  # whether the deleted-keys side table exists (None: not looked up)
     truncated: tuple[str, int] | None = None  # the last truncate remembered: (sequence, epoch ms)
     summary_loaded: bool = False  # truncated was read from the newest cdcnorm snapshot
+    # the highest sequence remembered in the deleted-keys side table (None: none), once read
+    newest_delete: str | None = None
+    newest_delete_known: bool = False
 
 
 class _JavaCallable:
@@ -514,8 +517,9 @@ class IcebergTables:
         # the batch's deletes are remembered first, in their own commit: a crash before the
         # table's commit leaves markers that only say what is true (the key was deleted at that
         # sequence); the batch is read again and applied as before
+        consult = self._may_be_superseded(batch.table, state, batch.changes)  # by an earlier batch's delete
         self._remember_deletes(batch.table, state, batch.changes)
-        deleted_keys = self.deleted_keys_id(batch.table) if self._consults_deleted_keys(batch.table, state) else None
+        deleted_keys = self.deleted_keys_id(batch.table) if consult else None
 
         def work() -> None:
             crash_point("mid-merge")
@@ -662,6 +666,22 @@ class IcebergTables:
     def _consults_deleted_keys(self, table: tuple[str, str], state: _TableState) -> bool:
         return self.config.deleted_keys_retention_seconds > 0 and bool(state.key) and self._has_deleted_keys(table, state)
 
+    def _may_be_superseded(self, table: tuple[str, str], state: _TableState, changes: list[SinkChange]) -> bool:
+        """Whether a remembered delete (of an earlier batch) can supersede one of ``changes``:
+        only when some change that is not a delete is not newer than the newest remembered
+        delete. In an ordered stream every change is newer, and the MERGE skips the anti-join
+        against the side table; a replay or a late change needs it. Compaction leaves one change
+        per key in a batch, so the batch's own deletes never supersede its other changes."""
+        if not self._consults_deleted_keys(table, state):
+            return False
+        oldest = min((c.seq for c in changes if c.op != Operation.DELETE), default=None)
+        if oldest is None:
+            return False
+        if not state.newest_delete_known:
+            (row,) = self.spark.sql(f"SELECT max({quote(SEQ_COLUMN)}) AS newest FROM {self.deleted_keys_id(table)}").collect()
+            state.newest_delete, state.newest_delete_known = row["newest"], True
+        return state.newest_delete is not None and oldest <= state.newest_delete
+
     def _remember_deletes(self, table: tuple[str, str], state: _TableState, changes: list[SinkChange]) -> None:
         """Append the key and sequence of every delete of the batch to the table's side table
         (created on the first delete): an append, no row-level delete, one small commit."""
@@ -680,6 +700,10 @@ class IcebergTables:
         frame.selectExpr(
             *(quote(k) for k in state.key), quote(SEQ_COLUMN), f"current_timestamp() AS {quote(DELETED_AT_COLUMN)}"
         ).writeTo(side).append()
+        if state.newest_delete_known:
+            newest = max(c.seq for c in deletes)
+            if state.newest_delete is None or newest > state.newest_delete:
+                state.newest_delete = newest
 
     def _create_deleted_keys(self, table: tuple[str, str], side: str, state: _TableState) -> None:
         defs = [f"{quote(k)} {state.columns[k]}" for k in state.key]  # nullable: appended from a frame

@@ -112,3 +112,31 @@ def test_a_batch_of_deletes_only_needs_no_lookup(monkeypatch: pytest.MonkeyPatch
 def test_the_deleted_keys_side_table_is_named_after_its_table() -> None:
     tables = ice.IcebergTables(FakeSpark(), SinkConfig.from_section({"topics": ["t"]}))  # type: ignore[arg-type]
     assert tables.deleted_keys_id(("shop", "orders")) == "`lake`.`shop`.`orders__cdc_deleted_keys`"
+
+
+class Rows:
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+
+    def collect(self) -> list[dict[str, Any]]:
+        return self.rows
+
+
+def test_the_side_table_is_consulted_only_for_changes_a_remembered_delete_can_supersede(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In an ordered stream every change is newer than every earlier delete: the MERGE then has
+    no anti-join against the deleted keys. The newest remembered sequence is read once."""
+    spark = FakeSpark()
+    queries: list[str] = []
+    spark.sql = lambda q: queries.append(q) or Rows([{"newest": "s0005"}])  # type: ignore[method-assign,assignment]
+    tables = ice.IcebergTables(spark, SinkConfig.from_section({"topics": ["t"]}))  # type: ignore[arg-type]
+    monkeypatch.setattr(tables, "_consults_deleted_keys", lambda *_: True)
+    state = ice._TableState(dict(COLUMNS), ("id",))
+    table = ("db", "t")
+    assert not tables._may_be_superseded(table, state, [_change(6), _change(7)])
+    assert tables._may_be_superseded(table, state, [_change(5), _change(9)])  # seq 5: deleted at 5 is not older
+    assert not tables._may_be_superseded(table, state, [_change(2, "d")])  # deletes only
+    assert len(queries) == 1 and "max(`__cdc_seq`)" in queries[0]
+    state.newest_delete = None  # nothing remembered
+    assert not tables._may_be_superseded(table, state, [_change(1)])
