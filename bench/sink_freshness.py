@@ -48,6 +48,7 @@ from typing import Any
 from bench.common import BenchReport, Ratio, bench_parser, percentile
 from bench.service_e2e import machine_busy_seconds
 from bench.sink_merge import ORDERS, change_records, produce_records
+from bench.sink_tables import read_all, table_records
 
 __all__ = ["main"]
 
@@ -245,17 +246,9 @@ def _sink(bootstrap: str, workdir: Path, trigger: float, parallelism: int | None
 
 def _warm_up(sink: Any, bootstrap: str, tables: int, keys: int) -> None:
     """One change per table, written before timing: creates the tables, joins the group."""
-    warm: list[tuple[str, bytes | None, bytes | None]] = []
-    for t in range(tables):
-        schema = dataclasses.replace(ORDERS, table=f"{PREFIX}_{t:03d}")
-        warm.extend((_topic(t), k, v) for k, v in change_records(1, keys, seed=t, table=schema))
+    warm = table_records(PREFIX, tables, tables, keys, seed=0)  # topics cdcnorm.bench.<PREFIX>_NNN, as _topic
     produce_records(bootstrap, warm)
-    read = 0
-    deadline = time.monotonic() + 900
-    while read < len(warm) and time.monotonic() < deadline:
-        read += sink.run(once=True).rows_read
-    if read < len(warm):
-        raise RuntimeError(f"warm-up: the sink read {read} of {len(warm)} records")
+    read_all(sink, len(warm), 900, "warm-up: ")
 
 
 def measure(bootstrap: str, workdir: Path, size: Size, rate: float, seconds: float, trigger: float,

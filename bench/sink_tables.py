@@ -68,7 +68,7 @@ class Run:
         return self.changes / self.seconds if self.seconds else 0.0
 
 
-def _records(layout: str, tables: int, changes: int, keys: int, seed: int) -> list[tuple[str, bytes | None, bytes | None]]:
+def table_records(layout: str, tables: int, changes: int, keys: int, seed: int) -> list[tuple[str, bytes | None, bytes | None]]:
     """``changes`` canonical records (and the tombstones after deletes) spread evenly over
     ``tables`` tables named ``<layout>_NNN``, each on its own topic ``cdcnorm.bench.<table>``,
     ``keys`` keys per table."""
@@ -102,6 +102,16 @@ def _sink(
     return MicroBatchSink(config, bootstrap, consumer_conf={"topic.metadata.refresh.interval.ms": 1000})
 
 
+def read_all(sink: Any, expect: int, timeout: float, what: str = "") -> None:
+    """Run ``sink`` (``once``) until it has read ``expect`` records; raises after ``timeout`` seconds."""
+    read = 0
+    deadline = time.monotonic() + timeout
+    while read < expect and time.monotonic() < deadline:
+        read += sink.run(once=True).rows_read
+    if read < expect:
+        raise RuntimeError(f"{what}the sink read {read} of {expect} records")
+
+
 def _run(sink: Any, expect: int) -> Run:
     """Run ``sink`` until it has read ``expect`` records and then finds nothing more."""
     import psutil
@@ -111,14 +121,8 @@ def _run(sink: Any, expect: int) -> Run:
     sink.report = reports.append
     proc = psutil.Process()
     cpu0 = sum(proc.cpu_times()[:2])
-    read = 0
-    deadline = time.monotonic() + 600
-    while read < expect and time.monotonic() < deadline:
-        summary = sink.run(once=True)
-        read += summary.rows_read
+    read_all(sink, expect, 600)
     run.cpu_seconds = sum(proc.cpu_times()[:2]) - cpu0
-    if read < expect:
-        raise RuntimeError(f"the sink read {read} of {expect} records")
     for r in reports:
         run.changes += r.changes
         run.seconds += r.seconds
@@ -144,8 +148,8 @@ def measure(
 
     create_topics(bootstrap, [f"cdcnorm.bench.{layout}_{t:03d}" for t in range(tables)], partitions=1)
     keys = size.keys_per_table * size.tables // tables
-    warm = _records(layout, tables, tables, keys, seed=1)
-    timed = _records(layout, tables, size.changes, keys, seed=1000)
+    warm = table_records(layout, tables, tables, keys, seed=1)
+    timed = table_records(layout, tables, size.changes, keys, seed=1000)
     max_records = max(tables, -(-size.changes // batches))
     sink = _sink(bootstrap, workdir, layout, f"bench-{layout}", parallelism, max_records, commit_interval)
     try:
