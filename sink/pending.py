@@ -28,6 +28,15 @@ Table = tuple[str, str]
 class _Held:
     since: float  # when its oldest held change was read (monotonic seconds)
     changes: list[SinkChange] = field(default_factory=list)
+    # per partition, the offsets its held changes span: (first, last + 1)
+    spans: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
+
+    def hold(self, change: SinkChange) -> None:
+        self.changes.append(change)
+        tp = (change.topic, change.partition)
+        span = self.spans.get(tp)
+        self.spans[tp] = (change.offset, change.offset + 1) if span is None else (
+            min(span[0], change.offset), max(span[1], change.offset + 1))
 
 
 class HeldChanges:
@@ -48,7 +57,7 @@ class HeldChanges:
             held = self._tables.get(change.table)
             if held is None:
                 held = self._tables[change.table] = _Held(now)
-            held.changes.append(change)
+            held.hold(change)
         self.count += len(changes)
 
     def due(self, now: float, everything: bool = False) -> list[Table]:
@@ -73,10 +82,9 @@ class HeldChanges:
         """Per partition, the offset of its first held change: where its committed offset stops."""
         first: dict[TopicPartition, int] = {}
         for held in self._tables.values():
-            for ch in held.changes:
-                tp = (ch.topic, ch.partition)
-                if ch.offset < first.get(tp, ch.offset + 1):
-                    first[tp] = ch.offset
+            for tp, (start, _) in held.spans.items():
+                if start < first.get(tp, start + 1):
+                    first[tp] = start
         return first
 
     def drop(self, keep: dict[TopicPartition, int] | None = None, assigned: set[TopicPartition] | None = None) -> int:
@@ -87,6 +95,11 @@ class HeldChanges:
         dropped = 0
         for table in list(self._tables):
             held = self._tables[table]
+            if not any(
+                (assigned is not None and tp not in assigned) or (keep is not None and tp in keep and keep[tp] < end)
+                for tp, (_, end) in held.spans.items()
+            ):
+                continue  # nothing of this table is read again or lost: its changes are not looked at
             kept = [
                 ch for ch in held.changes
                 if (assigned is None or (ch.topic, ch.partition) in assigned)
@@ -95,7 +108,9 @@ class HeldChanges:
             if len(kept) != len(held.changes):
                 dropped += len(held.changes) - len(kept)
                 if kept:
-                    held.changes = kept
+                    held.changes, held.spans = [], {}
+                    for ch in kept:
+                        held.hold(ch)
                 else:
                     del self._tables[table]
         self.count -= dropped
