@@ -2,7 +2,7 @@
 with 100 tables receiving changes: at most 2 intervals").
 
 The sink (:class:`sink.runner.MicroBatchSink`, in-process, real Tansu broker, the runner's own
-poll windows, parse, compaction and MERGE) runs in the main thread with the trigger interval
+trigger, read job, row deltas or MERGEs) runs in the main thread with the trigger interval
 under test, while a producer thread produces changes at a steady rate, round-robin over
 ``tables`` tables (a topic each, one partition), so that every table receives changes in every
 trigger interval. Each change's source ``ts_ms`` is the wall time it is made at, just before
@@ -11,14 +11,14 @@ it is produced.
 Freshness of a change: the wall time at which the Kafka offset commit of the micro-batch
 holding it returned, minus the time it was produced. Exact per change: the producer's delivery
 reports map ``(topic, partition, offset)`` to the produce time, and a thin proxy around the
-sink's consumer records every synchronous offset commit (the offsets the broker confirmed, and
+sink's group consumer records every synchronous offset commit (the offsets the broker confirmed, and
 when the call returned); a change's batch is the first commit past its offset. The Iceberg
 commits of a batch come before its Kafka commit, so a change is readable slightly earlier.
 
 After the producer stops, the sink runs on until every produced record is committed. Figures:
 p50, p95 and max freshness against the trigger interval (ratio = intervals), **target p95 <= 2
-intervals**; the number of micro-batches, their mean duration (end of the poll window to the
-Kafka commit: ``BatchReport.seconds``) and the tables each touched; and the share of the
+intervals**; the number of micro-batches, their mean duration (plan to Kafka commit:
+``BatchReport.seconds``) and the tables each touched; and the share of the
 machine's cores busy during the measured run, this bench's processes apart from the others
 (a run disturbed by other work shows there).
 
@@ -260,8 +260,8 @@ def measure(bootstrap: str, workdir: Path, size: Size, rate: float, seconds: flo
     result = Result()
     try:
         sink.start()
-        clock = _CommitClock(sink.consumer)
-        sink.consumer = clock
+        clock = _CommitClock(sink.partitions.consumer)
+        sink.partitions.consumer = clock
         started = time.monotonic()
         _warm_up(sink, bootstrap, size.tables, size.keys_per_table)
         print(f"warm-up: {size.tables} tables created in {time.monotonic() - started:.1f}s", flush=True)

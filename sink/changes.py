@@ -24,14 +24,16 @@ earlier images into a later partial image, and splits the batch at truncates.
 
 from __future__ import annotations
 
+import base64
 import io
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import Any
 
 import orjson
 
-from sink.types import SinkColumn, columns_from_schema
+from sink.types import ColumnSpec, SinkColumn, columns_from_schema
 from transforms.avro import AvroMappingError, connect_payload, connect_schema
 from transforms.decoders import DECODERS
 from transforms.decoders.connect_json import position_sequence
@@ -53,6 +55,7 @@ __all__ = [
     "SinkChange",
     "TableBatch",
     "compact",
+    "key_text",
     "ordering",
     "parse_record",
     "source_sequence",
@@ -73,7 +76,7 @@ class SinkChange:
     row: dict[str, Any] | None  # after image (before image for deletes)
     seq: str
     ts_ms: int | None
-    columns: tuple[SinkColumn, ...]
+    columns: tuple[ColumnSpec, ...]
     key_columns: tuple[str, ...]
     topic: str
     partition: int
@@ -84,7 +87,8 @@ class SinkChange:
     filled: dict[str, str] = field(default_factory=dict, hash=False)
 
 
-_schema_cache: dict[bytes, tuple[tuple[SinkColumn, ...], tuple[str, ...]]] = {}
+# a schema's decoding columns, their specs (what a change carries) and its key columns
+_schema_cache: dict[bytes, tuple[tuple[SinkColumn, ...], tuple[ColumnSpec, ...], tuple[str, ...]]] = {}
 
 
 def ordering(sequence: str | None, partition: int, offset: int) -> str:
@@ -122,6 +126,24 @@ def source_sequence(source: dict[str, Any]) -> str | None:
     return position_sequence(source, ts_ms if isinstance(ts_ms, int) else None)
 
 
+def _key_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
+    raise TypeError(f"{type(value).__name__} in a key")
+
+
+def key_text(key: tuple[Any, ...] | None) -> str:
+    """A key as text that is the same for the same key values wherever it is computed (the
+    deleted-keys memory compares keys of every table in one string column).
+
+    >>> key_text((1, "a", Decimal("1.50")))
+    '[1,"a","1.50"]'
+    """
+    return orjson.dumps(list(key or ()), default=_key_default).decode()
+
+
 def _row_schema(value_schema: dict[str, Any] | None) -> dict[str, Any] | None:
     if not value_schema:
         return None
@@ -131,12 +153,15 @@ def _row_schema(value_schema: dict[str, Any] | None) -> dict[str, Any] | None:
     return None
 
 
-def _columns(row_schema: dict[str, Any], key_schema: dict[str, Any] | None) -> tuple[tuple[SinkColumn, ...], tuple[str, ...]]:
+def _columns(
+    row_schema: dict[str, Any], key_schema: dict[str, Any] | None
+) -> tuple[tuple[SinkColumn, ...], tuple[ColumnSpec, ...], tuple[str, ...]]:
     cache_key = orjson.dumps([row_schema, key_schema], option=orjson.OPT_SORT_KEYS)
     hit = _schema_cache.get(cache_key)
     if hit is None:
         key_cols = tuple(f["field"] for f in (key_schema or {}).get("fields", []))
-        hit = (columns_from_schema(row_schema), key_cols)
+        columns = columns_from_schema(row_schema)
+        hit = (columns, tuple(c.spec for c in columns), key_cols)
         if len(_schema_cache) > 10_000:
             _schema_cache.clear()
         _schema_cache[cache_key] = hit
@@ -294,7 +319,7 @@ def _parse_document(
     if row_schema is None:
         raise ChangeParseError(f"{topic}[{partition}]@{offset}: the record's schema has no `after` field")
     key_schema = key_doc.get("schema") if isinstance(key_doc, dict) else None
-    columns, key_cols = _columns(row_schema, key_schema)
+    columns, specs, key_cols = _columns(row_schema, key_schema)
     deleted = op is Operation.DELETE
     image = payload.get(BEFORE) if deleted else payload.get(AFTER)
     # absent columns: the placeholder where the type holds it, else null and named in the source block
@@ -329,7 +354,7 @@ def _parse_document(
         row=row,
         seq=ordering(source_sequence(source), partition, offset),
         ts_ms=source.get(TS_MS) if source.get(TS_MS) is not None else payload.get(TS_MS),
-        columns=columns,
+        columns=specs,
         key_columns=key_cols,
         topic=topic,
         partition=partition,
@@ -354,9 +379,9 @@ class TableBatch:
     appends: list[SinkChange] = field(default_factory=list)
 
     @property
-    def columns(self) -> tuple[SinkColumn, ...]:
+    def columns(self) -> tuple[ColumnSpec, ...]:
         """The widest column list seen in this batch (the last change's schema, plus earlier columns)."""
-        seen: dict[str, SinkColumn] = {}
+        seen: dict[str, ColumnSpec] = {}
         for change in (*self.appends, *self.changes):
             for col in change.columns:
                 seen[col.name] = col

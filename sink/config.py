@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from service.converters import SchemaRegistrySettings
 from transforms.configfile import is_secret_key
 
-__all__ = ["CatalogConfig", "JarSource", "MaintenanceConfig", "SinkConfig", "WriteMode", "WriteRetryConfig"]
+__all__ = ["CatalogConfig", "JarSource", "MaintenanceConfig", "SinkConfig", "UpsertMode", "WriteMode", "WriteRetryConfig"]
 
 
 # a Perl class escape (\d, \w, ...) not itself escaped; POSIX replacements for the error message
@@ -31,6 +31,17 @@ class WriteMode(StrEnum):
 
     MERGE_ON_READ = "merge-on-read"
     COPY_ON_WRITE = "copy-on-write"
+
+
+class UpsertMode(StrEnum):
+    """How a micro-batch's changes of a keyed table are applied."""
+
+    # equality deletes plus the new rows, one RowDelta per table, when every change of the batch
+    # is newer than the table's newest (an ordered stream); a MERGE otherwise
+    ROW_DELTA = "row-delta"
+    # always a Spark MERGE (position deletes or rewritten files, per write_mode): for readers
+    # that cannot apply equality deletes
+    MERGE = "merge"
 
 
 class JarSource(StrEnum):
@@ -116,8 +127,8 @@ class SinkConfig(_Strict):
         7 * 24 * 3600,
         ge=0,
         description=(
-            "How long a deleted row's key and sequence are remembered (a side table per table, "
-            "<table>__cdc_deleted_keys), so that a stale change to it arriving later is ignored instead "
+            "How long a deleted row's key and sequence are remembered (in deleted_keys_table), so that "
+            "a stale change to it arriving later is ignored instead "
             "of re-creating the row; expired by maintenance. 0: not remembered. Default: 7 days, "
             "Kafka's default topic retention."
         ),
@@ -127,7 +138,7 @@ class SinkConfig(_Strict):
         ge=1,
         le=64,
         description=(
-            "How many tables of one micro-batch are written (MERGE and Iceberg commit) at the same "
+            "How many tables of one micro-batch are committed (a RowDelta, or a MERGE) at the same "
             "time, from a thread pool of the driver; each thread's Spark jobs run in their own FAIR "
             "scheduler pool. 1: one table after the other."
         ),
@@ -136,23 +147,32 @@ class SinkConfig(_Strict):
         0.0,
         ge=0,
         description=(
-            "How long a table's changes may wait in the sink before they are written. 0 (the default): "
-            "every micro-batch writes every table it read changes of. Above 0: a table is written once "
-            "its oldest unwritten change was read this long ago, or when the sink holds more than "
-            "max_held_changes unwritten changes, or when it stops; a database of many small "
-            "tables then costs one MERGE and Iceberg commit per table per interval, not per trigger "
-            "(like the Iceberg Kafka Connect sink's commit interval). Unwritten changes are not "
-            "acknowledged: their partitions' Kafka offsets are committed only up to the first of them, "
-            "so a crash or a rebalance reads them again. Freshness is then about this plus one trigger."
+            "How often a topic is read and its tables written. 0 (the default): every micro-batch reads "
+            "every topic with new records and writes every table they change. Above 0: a topic is read "
+            "once this long has passed since it was last read, so each of its tables costs one Iceberg "
+            "commit per interval, not per trigger (like the Iceberg Kafka Connect sink's commit "
+            "interval); its records wait in Kafka meanwhile, nothing is held in the sink. Freshness is "
+            "then about this plus one trigger."
         ),
     )
-    max_held_changes: int = Field(
-        500_000,
-        gt=0,
+    upsert_mode: UpsertMode = Field(
+        UpsertMode.ROW_DELTA,
         description=(
-            "With commit_interval_seconds: when the sink holds more unwritten changes than this, every "
-            "table holding some is written in the next micro-batch (the driver keeps them in memory, "
-            "about a kilobyte each for a narrow table)."
+            "row-delta (the default): a keyed table whose micro-batch changes are all newer than what it "
+            "holds gets one Iceberg RowDelta of the new rows and an equality-delete file of their keys "
+            "(as Flink's and Kafka Connect's Iceberg sinks write upserts), written by the Spark tasks and "
+            "committed without a Spark job; late or replayed changes, partial rows and truncates still "
+            "take a MERGE. merge: always a Spark MERGE, for readers that cannot apply equality deletes "
+            "(maintenance folds them into the data files either way)."
+        ),
+    )
+    tasks: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description=(
+            "Spark tasks per micro-batch job (reading Kafka ranges, writing table files). Default: the "
+            "local master's cores, else the cluster's default parallelism."
         ),
     )
     metrics_port: int | None = Field(None, ge=0, le=65535)
@@ -177,6 +197,14 @@ class SinkConfig(_Strict):
         ),
     )
     schema_registry: SchemaRegistrySettings | None = Field(None, description="Where Avro records' schemas are (sink.changes.RecordParser).")
+    deleted_keys_table: str = Field(
+        "cdcnorm.deleted_keys",
+        pattern=r"^[^.`]+\.[^.`]+$",
+        description=(
+            "namespace.table of the table (in the sink's catalog) that remembers deleted keys for "
+            "deleted_keys_retention_seconds, for every table the sink writes."
+        ),
+    )
 
     @field_validator("topic_pattern")
     @classmethod

@@ -1,10 +1,19 @@
-"""Spark + Iceberg: sessions, table creation and evolution, MERGE with commit properties.
+"""Spark + Iceberg: sessions, table creation and evolution, and the two ways a micro-batch is
+written, each table in one Iceberg commit tagged with the Kafka offsets it covers.
 
-All Spark code of the sink lives here. The MERGE of a compacted batch and the Kafka offsets it
-covers are committed in one Iceberg snapshot: the offsets are written into the snapshot summary
-(``cdcnorm.offsets``) through Iceberg's ``CommitMetadata.withCommitProperties``, and read back
-on start, so a crash between the Iceberg commit and the Kafka commit neither loses nor
-double-applies a change.
+* **Row deltas** (the fast path, :meth:`IcebergTables.commit_files`): the write tasks wrote a
+  Parquet data file of the new rows and an equality-delete file of their keys
+  (:mod:`sink.tasks`); the driver commits both in one ``RowDelta`` through the Iceberg Java API,
+  the way Flink's and Kafka Connect's Iceberg sinks write upserts. No Spark job, no read of the
+  table: it is taken when every change of the batch is newer than anything the table holds (the
+  sequences each commit records, ``cdcnorm.newest``), which is the case of an ordered stream.
+* **MERGE** (:meth:`IcebergTables.write_batch`): a Spark ``MERGE INTO`` that compares each change
+  with the stored row's sequence: for late or replayed changes, partial rows, truncates, and
+  ``sink.upsert_mode: merge``.
+
+The offsets are written into the snapshot summary (``cdcnorm.offsets``; for MERGE through
+Iceberg's ``CommitMetadata.withCommitProperties``) and read back on start, so a crash between the
+Iceberg commit and the Kafka commit neither loses nor double-applies a change.
 """
 
 from __future__ import annotations
@@ -16,20 +25,31 @@ import logging
 import os
 import re
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
 from service.extras import require_extras
-from sink.changes import SinkChange, TableBatch
+from sink.changes import SinkChange, TableBatch, key_text
 from sink.config import JarSource, SinkConfig, WriteMode
 from sink.faults import crash_point
-from sink.types import SinkColumn, widening
+from sink.tasks import (
+    DELETED_AT_COLUMN,
+    KEY_COLUMN,
+    OP_COLUMN,
+    SEQ_COLUMN,
+    TABLE_COLUMN,
+    TS_COLUMN,
+    TableFiles,
+    seq_class,
+)
+from sink.types import ColumnSpec, widening
 from transforms.envelope import Operation
 from transforms.errors import MissingExtraError
 
@@ -38,7 +58,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DELETED_AT_COLUMN",
-    "DELETED_KEYS_SUFFIX",
+    "NEWEST_PROPERTY",
     "OFFSETS_PROPERTY",
     "OWNER_PROPERTY",
     "SEQ_COLUMN",
@@ -60,17 +80,15 @@ TRUNCATED_PROPERTY = "cdcnorm.truncated"
 KEY_PROPERTY = "cdcnorm.key-columns"
 # the group_id of the sink that writes the table (check_owner): one writer per table
 OWNER_PROPERTY = "cdcnorm.owner"
-SEQ_COLUMN = "__cdc_seq"
-TS_COLUMN = "__cdc_ts_ms"
-OP_COLUMN = "__cdc_op"
 UNAVAILABLE_COLUMN = "__cdc_unavailable"
 # column -> sequence of the earlier change of the batch a partial change's value was taken from
 FILLED_COLUMN = "__cdc_filled"
-# Deleted keys: a side table per keyed table, ``<table>__cdc_deleted_keys`` in the same namespace,
-# holding the key, the sequence of the delete and when the sink recorded it (see write_batch)
-DELETED_KEYS_SUFFIX = "__cdc_deleted_keys"
-DELETED_KEYS_OF_PROPERTY = "cdcnorm.deleted-keys-of"
-DELETED_AT_COLUMN = "__cdc_deleted_at"
+# per sequence class (sink.tasks.seq_class), the newest sequence the table has been given (rows,
+# deletes, truncates): a batch whose changes are all newer can skip the MERGE's comparison
+NEWEST_PROPERTY = "cdcnorm.newest"
+# Deleted keys: one table (sink.deleted_keys_table) holding, for every table of the sink, the keys
+# it deleted, each with the sequence of the delete and when the sink recorded it
+DELETED_KEYS_PROPERTY = "cdcnorm.deleted-keys"
 DELETED_SEQ = "__cdc_deleted_seq"
 # the op of a delete as a SQL literal (the MERGE source's __cdc_op column holds Operation values)
 _DELETE = f"'{Operation.DELETE.value}'"
@@ -143,10 +161,10 @@ def iceberg_jar() -> str:
     return jars[0]
 
 
-def _local_cores(master: str) -> int | None:
+def local_cores(master: str) -> int | None:
     """The task slots of a local master (``local``, ``local[N]``, ``local[*]``, ``local[N,F]``).
 
-    >>> _local_cores("local[2]"), _local_cores("local"), _local_cores("spark://h:7077")
+    >>> local_cores("local[2]"), local_cores("local"), local_cores("spark://h:7077")
     (2, 1, None)
     """
     if master == "local":
@@ -168,7 +186,7 @@ def spark_conf(config: SinkConfig) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         # MERGE joins on a shuffle: one partition per local core (no straggler task in a second
         # wave, fewer files per commit); 4 on a cluster master
-        "spark.sql.shuffle.partitions": str(_local_cores(config.spark_master) or 4),
+        "spark.sql.shuffle.partitions": str(local_cores(config.spark_master) or 4),
         "spark.sql.session.timeZone": "UTC",
         # the tables of a micro-batch are written from several driver threads at once
         # (sink.table_parallelism), each in its own pool: FAIR shares the executors between them
@@ -198,12 +216,33 @@ def build_spark(config: SinkConfig) -> SparkSession:
     require_extras("a Spark session (the Iceberg sink)", "sink")
     from pyspark.sql import SparkSession
 
+    if local_cores(config.spark_master) is not None:
+        # the read and write tasks run in Python workers: on a local master, this interpreter
+        # (its packages: cdcnorm, confluent-kafka, pyarrow), not whatever python3 is on PATH;
+        # a cluster's executors take theirs from PYSPARK_PYTHON (the image's)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(config.spark_master).appName("cdcnorm-sink")
     for key, value in spark_conf(config).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per callback (MERGE commit properties)
+    if "://" not in config.catalog.warehouse or config.catalog.warehouse.startswith("file:"):
+        _no_checksum_files(spark)
     return spark
+
+
+def _no_checksum_files(spark: SparkSession) -> None:
+    """A warehouse on a local disk: Hadoop's local file system writes a ``.crc`` file beside each
+    file, and without Hadoop's native library (the PyPI pyspark has none) it forks a ``chmod``
+    process for each file it creates, the ``.crc`` files included (about 10 ms each, measured on
+    the 2-core machines here; an Iceberg commit creates five files). Iceberg does not need the
+    checksum files (its metadata and Parquet files carry their own checks), so the driver's
+    cached local file system stops writing them: half the forks of every commit."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    local = jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI("file:///"), spark._jsc.hadoopConfiguration())
+    local.setWriteChecksum(False)
 
 
 def quote(name: str) -> str:
@@ -220,12 +259,14 @@ class _TableState:
     columns: dict[str, str]  # name -> spark sql type (data columns only)
     key: tuple[str, ...]
     commits: int = 0
-    deleted_keys: bool | None = None  # whether the deleted-keys side table exists (None: not looked up)
     truncated: tuple[str, int] | None = None  # the last truncate remembered: (sequence, epoch ms)
-    summary_loaded: bool = False  # truncated was read from the newest cdcnorm snapshot
-    # the highest sequence remembered in the deleted-keys side table (None: none), once read
-    newest_delete: str | None = None
-    newest_delete_known: bool = False
+    summary_loaded: bool = False  # offsets, newest and truncated were read from the newest cdcnorm snapshot
+    offsets: dict[str, int] = field(default_factory=dict)  # "topic:partition" -> next offset not in the table
+    # per sequence class, the newest sequence the table was given (None: not known, a table
+    # written before cdcnorm.newest was recorded: worked out once, see newest_sequences)
+    newest: dict[str, str] | None = None
+    location: str | None = None
+    schema_json: str | None = None  # the Iceberg schema as JSON (after the last DDL)
 
 
 class _JavaCallable:
@@ -257,6 +298,11 @@ class IcebergTables:
         self._state: dict[str, _TableState] = {}
         self._callback_ready = False
         self._callback_lock = threading.Lock()
+        self._jcatalog: Any = None
+        self._catalog_lock = threading.Lock()
+        self._deleted_keys: tuple[str, str] | None = None  # its location and schema JSON, once created
+        self._deleted_keys_lock = threading.Lock()
+        self._batches = 0  # batches that remembered deleted keys (their table's maintenance cadence)
 
     # -- naming -----------------------------------------------------------------------
 
@@ -266,27 +312,81 @@ class IcebergTables:
     def table_id(self, table: tuple[str, str]) -> str:
         return f"{self.namespace_id(table)}.{quote(table[1])}"
 
-    def deleted_keys_id(self, table: tuple[str, str]) -> str:
-        """The side table remembering the table's deleted keys (:meth:`write_batch`)."""
-        return f"{self.namespace_id(table)}.{quote(table[1] + DELETED_KEYS_SUFFIX)}"
+    def iceberg_name(self, table: tuple[str, str]) -> str:
+        """``namespace.table`` as the deleted-keys memory and log lines name a table."""
+        return f"{self.config.namespace or table[0]}.{table[1]}"
+
+    def deleted_keys_id(self) -> str:
+        """The table remembering the deleted keys of every table (``sink.deleted_keys_table``)."""
+        ns, name = self.config.deleted_keys_table.rsplit(".", 1)
+        return f"{quote(self.config.catalog.name)}.{quote(ns)}.{quote(name)}"
+
+    # -- the Iceberg Java API -----------------------------------------------------------
+
+    @property
+    def jvm(self) -> Any:
+        return self.spark.sparkContext._jvm
+
+    def _catalog(self) -> Any:
+        """The Iceberg catalog behind Spark's (the same cached table objects Spark SQL uses).
+        Looked up within the session (Spark finds a catalog's settings in the SQL conf of the
+        calling thread's active session, which a py4j thread of the table pool has none of)."""
+        with self._catalog_lock:
+            if self._jcatalog is None:
+                jspark = self.spark._jsparkSession
+                self.jvm.org.apache.spark.sql.SparkSession.setActiveSession(jspark)
+                self._jcatalog = jspark.sessionState().catalogManager().catalog(self.config.catalog.name).icebergCatalog()
+        return self._jcatalog
+
+    def java_table(self, ident: tuple[str, str]) -> Any:
+        """The Iceberg ``Table`` of ``namespace, name``, refreshed (its current metadata read),
+        or ``None`` when it does not exist."""
+        from py4j.protocol import Py4JJavaError
+
+        jvm = self.jvm
+        gateway = self.spark.sparkContext._gateway
+        assert gateway is not None
+        names = gateway.new_array(jvm.String, 1)
+        names[0] = ident[0]
+        tid = jvm.org.apache.iceberg.catalog.TableIdentifier.of(jvm.org.apache.iceberg.catalog.Namespace.of(names), ident[1])
+        try:
+            table = self._catalog().loadTable(tid)
+        except Py4JJavaError as exc:
+            if "NoSuchTableException" in str(exc.java_exception.getClass().getName()):
+                return None
+            raise
+        table.refresh()
+        return table
+
+    def _java(self, table: tuple[str, str]) -> Any:
+        return self.java_table((self.config.namespace or table[0], table[1]))
 
     # -- schema -------------------------------------------------------------------------
 
-    def _load_state(self, tid: str) -> _TableState | None:
+    def _load_state(self, table: tuple[str, str]) -> _TableState | None:
+        """What is known of a table (columns, key, location, schema): read once from its
+        metadata, then kept up to date by this sink's DDL. ``None``: it does not exist."""
+        tid = self.table_id(table)
         state = self._state.get(tid)
         if state is not None:
             return state
-        if not self._exists(tid):
+        jt = self._java(table)
+        if jt is None:
             return None
-        cols: dict[str, str] = {}
-        for field in self.spark.table(tid).schema.fields:
-            if field.name in (SEQ_COLUMN, TS_COLUMN, OP_COLUMN):
-                continue
-            cols[field.name] = field.dataType.simpleString()
-        props = {r["key"]: r["value"] for r in self.spark.sql(f"SHOW TBLPROPERTIES {tid}").collect()}
-        key = tuple(k for k in props.get(KEY_PROPERTY, "").split(",") if k)
-        state = self._state[tid] = _TableState(cols, key)
+        state = self._state[tid] = self._state_of(jt)
         return state
+
+    def _state_of(self, jt: Any) -> _TableState:
+        jvm = self.jvm
+        cols: dict[str, str] = {}
+        for field_ in jvm.org.apache.iceberg.spark.SparkSchemaUtil.convert(jt.schema()).fields():
+            name = field_.name()
+            if name not in (SEQ_COLUMN, TS_COLUMN, OP_COLUMN):
+                cols[name] = field_.dataType().simpleString()
+        key = tuple(k for k in (jt.properties().get(KEY_PROPERTY) or "").split(",") if k)
+        return _TableState(
+            cols, key, location=jt.location(), schema_json=jvm.org.apache.iceberg.SchemaParser.toJson(jt.schema())
+        )
 
     def _exists(self, tid: str) -> bool:
         try:
@@ -298,9 +398,22 @@ class IcebergTables:
         return True
 
     def forget_cached(self) -> None:
-        """Drop what is cached of the tables (schema, key, the last truncate): read again from
-        the catalog on next use, after a failed write left it in doubt."""
+        """Drop what is cached of the tables (schema, key, offsets, the last truncate): read
+        again from the catalog on next use, after a failed write left it in doubt."""
         self._state.clear()
+
+    def key_of(self, table: tuple[str, str]) -> tuple[str, ...]:
+        """The table's key columns (empty: append-only)."""
+        return self._state[self.table_id(table)].key
+
+    def plan_of(self, table: tuple[str, str]) -> tuple[str, str]:
+        """The table's location and Iceberg schema (JSON), as the write tasks need them."""
+        state = self._state[self.table_id(table)]
+        if state.location is None or state.schema_json is None:
+            jt = self._java(table)
+            state.location = jt.location()
+            state.schema_json = self.jvm.org.apache.iceberg.SchemaParser.toJson(jt.schema())
+        return state.location, state.schema_json
 
     # -- ownership ----------------------------------------------------------------------
 
@@ -309,20 +422,18 @@ class IcebergTables:
         group, or names nobody (a table from before owners, or whose marker an operator cleared)
         or the group of ``take_over_tables_from``, and is then claimed. Raises
         :class:`TableOwnershipError` when another group owns it. Reads the table's current
-        metadata (the catalog caches tables), so a claim by another sink since the last batch is
-        seen. A table that does not exist yet gets this sink's group when it is created."""
-        tid = self.table_id(table)
-        try:
-            self.spark.sql(f"REFRESH TABLE {tid}")
-        except Exception as exc:
-            if _not_found(exc):
-                return
-            raise
-        owner = self._owner(tid)
+        metadata (a few milliseconds through the Iceberg API), so a claim by another sink since
+        the last batch is seen. A table that does not exist yet gets this sink's group when it is
+        created."""
+        jt = self._java(table)
+        if jt is None:
+            return
+        owner = jt.properties().get(OWNER_PROPERTY)
         if owner == self.config.group_id:
             return
+        tid = self.table_id(table)
         if owner is None or owner == self.config.take_over_tables_from:
-            self._claim(tid, owner)
+            self._claim(jt, tid, owner)
             return
         raise TableOwnershipError(tid, owner, self.config.group_id)
 
@@ -338,48 +449,51 @@ class IcebergTables:
         for ns in namespaces:
             for row in self.spark.sql(f"SHOW TABLES IN {cat}.{quote(ns)}").collect():
                 name = row["tableName"]
-                tid = f"{cat}.{quote(ns)}.{quote(name)}"
-                if not name.endswith(DELETED_KEYS_SUFFIX) and self._owner(tid) == previous:
-                    self._claim(tid, previous)
+                jt = self.java_table((ns, name))
+                if jt is not None and jt.properties().get(OWNER_PROPERTY) == previous:
+                    tid = f"{cat}.{quote(ns)}.{quote(name)}"
+                    self._claim(jt, tid, previous)
                     claimed.append(tid)
         return claimed
 
-    def _owner(self, tid: str) -> str | None:
-        props = {r["key"]: r["value"] for r in self.spark.sql(f"SHOW TBLPROPERTIES {tid}").collect()}
-        return props.get(OWNER_PROPERTY)
-
-    def _claim(self, tid: str, previous: str | None) -> None:
+    def _claim(self, jt: Any, tid: str, previous: str | None) -> None:
         """Set this sink's group as the table's owner, then read it back: of two sinks claiming
         at once, the one whose claim was overwritten stops (:class:`TableOwnershipError`)."""
         group = self.config.group_id
-        self.spark.sql(f"ALTER TABLE {tid} SET TBLPROPERTIES ('{OWNER_PROPERTY}'={_sql_string(group)})")
-        self._verify_owner(tid)
+        jt.updateProperties().set(OWNER_PROPERTY, group).commit()
+        self._verify_owner(jt, tid)
         log.warning(
             "table %s now belongs to this sink (group %s); it %s", tid, group,
             f"belonged to group {previous}" if previous else "had no owner",
         )
 
-    def _verify_owner(self, tid: str) -> None:
-        self.spark.sql(f"REFRESH TABLE {tid}")
-        owner = self._owner(tid)
+    def _verify_owner(self, jt: Any, tid: str) -> None:
+        jt.refresh()
+        owner = jt.properties().get(OWNER_PROPERTY)
         if owner != self.config.group_id:
             raise TableOwnershipError(tid, owner, self.config.group_id)
 
     def ensure_table(self, batch: TableBatch) -> str:
         """Create the table, or add new columns / apply safe widening. Returns the table id."""
-        tid = self.table_id(batch.table)
-        columns = batch.columns
-        key = batch.key_columns
-        state = self._load_state(tid)
+        return self.ensure_columns(batch.table, batch.columns, batch.key_columns)
+
+    def ensure_columns(self, table: tuple[str, str], columns: tuple[ColumnSpec, ...], key: tuple[str, ...]) -> str:
+        """Create the table with ``columns`` and ``key``, or add the columns it lacks and widen
+        those a change widens. Raises :class:`IncompatibleSchemaError` for a change of type that
+        is not a safe widening. Returns the table id."""
+        tid = self.table_id(table)
+        state = self._load_state(table)
         if state is None:
-            self._create(tid, self.namespace_id(batch.table), columns, key)
-            self._state[tid] = _TableState({c.name: c.sql_type for c in columns}, key, summary_loaded=True)
+            self._create(table, tid, columns, key)
+            self._state[tid] = _TableState({c.name: c.sql_type for c in columns}, key, summary_loaded=True, newest={})
             return tid
+        changed = False
         for col in columns:
             stored = state.columns.get(col.name)
             if stored is None:
                 self.spark.sql(f"ALTER TABLE {tid} ADD COLUMN {quote(col.name)} {col.sql_type}")
                 state.columns[col.name] = col.sql_type
+                changed = True
                 log.info("table %s: added column %s %s", tid, col.name, col.sql_type)
                 continue
             target = widening(stored, col.sql_type)
@@ -391,13 +505,13 @@ class IcebergTables:
                 self.spark.sql(f"ALTER TABLE {tid} ALTER COLUMN {quote(col.name)} TYPE {target}")
                 state.columns[col.name] = target
                 log.info("table %s: widened column %s %s -> %s", tid, col.name, stored, target)
-                if col.name in state.key and self._has_deleted_keys(batch.table, state):
-                    side = self.deleted_keys_id(batch.table)
-                    self.spark.sql(f"ALTER TABLE {side} ALTER COLUMN {quote(col.name)} TYPE {target}")
+                changed = True
+        if changed:
+            state.schema_json = None  # read again for the write tasks
         return tid
 
-    def _create(self, tid: str, namespace: str, columns: tuple[SinkColumn, ...], key: tuple[str, ...]) -> None:
-        self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
+    def _create(self, table: tuple[str, str], tid: str, columns: tuple[ColumnSpec, ...], key: tuple[str, ...]) -> None:
+        self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.namespace_id(table)}")
         defs = []
         for col in columns:
             not_null = " NOT NULL" if col.name in key else ""
@@ -427,7 +541,7 @@ class IcebergTables:
         props_sql = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
         props_sql += f", '{OWNER_PROPERTY}'={_sql_string(self.config.group_id)}"
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS {tid} ({', '.join(defs)}) USING iceberg TBLPROPERTIES ({props_sql})")
-        self._verify_owner(tid)  # another sink may have created it first
+        self._verify_owner(self._java(table), tid)  # another sink may have created it first
         if key and self.config.write_mode is WriteMode.COPY_ON_WRITE:
             # Iceberg 1.9.2 on Spark 3.5 fails merge-on-read writes to tables with identifier
             # fields ("Cannot add fieldId 1 as an identifier field"); the key is then kept in
@@ -435,30 +549,89 @@ class IcebergTables:
             self.spark.sql(f"ALTER TABLE {tid} SET IDENTIFIER FIELDS {', '.join(quote(k) for k in key)}")
         log.info("created table %s key=%s mode=%s", tid, ",".join(key) or "-", mode)
 
-    # -- offsets ------------------------------------------------------------------------
+    # -- offsets and sequences -------------------------------------------------------------
 
     def applied_offsets(self, table: tuple[str, str]) -> dict[str, int]:
         """The ``topic:partition -> next offset`` recorded with the table's newest cdcnorm commit."""
-        tid = self.table_id(table)
-        state = self._load_state(tid)
+        state = self._load_state(table)
         if state is None:
             return {}
-        return self._read_summary(tid, state)
+        if not state.summary_loaded:
+            self._read_summary(table, state)
+        return dict(state.offsets)
 
-    def _read_summary(self, tid: str, state: _TableState) -> dict[str, int]:
-        """The offsets of the table's newest cdcnorm commit; its remembered truncate into ``state``."""
-        rows = self.spark.sql(
-            f"SELECT summary['{OFFSETS_PROPERTY}'] AS o, summary['{TRUNCATED_PROPERTY}'] AS tr FROM {tid}.snapshots "
-            f"WHERE summary['{OFFSETS_PROPERTY}'] IS NOT NULL ORDER BY committed_at DESC LIMIT 1"
-        ).collect()
+    def _read_summary(self, table: tuple[str, str], state: _TableState) -> None:
+        """The offsets, newest sequences and remembered truncate of the table's newest cdcnorm
+        commit (the newest snapshot, going back past maintenance ones), into ``state``."""
+        jt = self._java(table)
+        summary = None
+        snapshot = jt.currentSnapshot() if jt is not None else None
+        while snapshot is not None:
+            found = snapshot.summary()
+            if found.get(OFFSETS_PROPERTY) is not None:
+                summary = {k: found.get(k) for k in (OFFSETS_PROPERTY, TRUNCATED_PROPERTY, NEWEST_PROPERTY)}
+                break
+            parent = snapshot.parentId()
+            snapshot = jt.snapshot(parent) if parent is not None else None
         state.summary_loaded = True
-        if not rows:
-            return {}
-        if rows[0]["tr"]:
-            truncated = orjson.loads(rows[0]["tr"])
+        if summary is None:
+            state.offsets = {}
+            if state.newest is None and (jt is None or jt.currentSnapshot() is None):
+                state.newest = {}  # an empty table: nothing in it can be newer than a change
+            return
+        state.offsets = orjson.loads(summary[OFFSETS_PROPERTY])
+        if summary[TRUNCATED_PROPERTY]:
+            truncated = orjson.loads(summary[TRUNCATED_PROPERTY])
             state.truncated = (truncated["seq"], int(truncated["at"]))
-        offsets: dict[str, int] = orjson.loads(rows[0]["o"])
-        return offsets
+        if summary[NEWEST_PROPERTY]:
+            state.newest = orjson.loads(summary[NEWEST_PROPERTY])
+
+    def newest_sequences(self, table: tuple[str, str]) -> dict[str, str]:
+        """Per sequence class, the newest sequence the table was given: recorded with each
+        commit; for a table whose commits do not record it yet (written by an older cdcnorm),
+        worked out once from its rows, its remembered deletes and its last truncate."""
+        state = self._load_state(table)
+        if state is None:
+            return {}
+        if not state.summary_loaded:
+            self._read_summary(table, state)
+        if state.newest is None:
+            newest: dict[str, str] = {}
+            seq = quote(SEQ_COLUMN)
+            cls = f"CASE WHEN {seq} LIKE 's%' THEN 's' ELSE substring({seq}, 1, 5) END"
+            queries = [f"SELECT {cls} AS class, max({seq}) AS newest FROM {self.table_id(table)} WHERE {seq} IS NOT NULL GROUP BY 1"]
+            if self._deleted_keys_exist():
+                queries.append(
+                    f"SELECT {cls} AS class, max({seq}) AS newest FROM {self.deleted_keys_id()} "
+                    f"WHERE {quote(TABLE_COLUMN)} = {_sql_string(self.iceberg_name(table))} GROUP BY 1"
+                )
+            for query in queries:
+                _fold(newest, [row["newest"] for row in self.spark.sql(query).collect() if row["newest"] is not None])
+            if state.truncated is not None:
+                _fold(newest, [state.truncated[0]])
+            state.newest = newest
+        return dict(state.newest)
+
+    def _commit_properties(self, state: _TableState, offsets: dict[str, int], seqs: dict[str, str],
+                           truncated: tuple[str, int] | None) -> dict[str, str]:
+        """The summary properties of a cdcnorm commit: the offsets it covers, the newest
+        sequences (the table's, with the batch's folded in), the truncate it remembers."""
+        newest = dict(state.newest or {})
+        _fold(newest, seqs.values())
+        props = {
+            OFFSETS_PROPERTY: orjson.dumps(offsets, option=orjson.OPT_SORT_KEYS).decode(),
+            NEWEST_PROPERTY: orjson.dumps(newest, option=orjson.OPT_SORT_KEYS).decode(),
+        }
+        if truncated is not None:
+            props[TRUNCATED_PROPERTY] = orjson.dumps({"seq": truncated[0], "at": truncated[1]}).decode()
+        return props
+
+    def _committed(self, state: _TableState, props: dict[str, str], truncated: tuple[str, int] | None) -> None:
+        state.commits += 1
+        state.truncated = truncated
+        state.offsets = orjson.loads(props[OFFSETS_PROPERTY])
+        state.newest = orjson.loads(props[NEWEST_PROPERTY])
+        state.summary_loaded = True
 
     # -- writes -------------------------------------------------------------------------
 
@@ -508,26 +681,28 @@ class IcebergTables:
     def _write_batch(self, batch: TableBatch, offsets: dict[str, int]) -> dict[str, int]:
         tid = self.ensure_table(batch)
         state = self._state[tid]
+        if not state.summary_loaded:
+            self._read_summary(batch.table, state)
         counts = {"upserts": 0, "deletes": 0, "appends": 0, "truncates": 0, "unkeyed": 0}
-        props = {OFFSETS_PROPERTY: orjson.dumps(offsets, option=orjson.OPT_SORT_KEYS).decode()}
-        truncated = self._truncate_watermark(tid, state, batch)
+        truncated = self._truncate_watermark(state, batch.truncate_seq)
+        newest: dict[str, str] = {}
+        _fold(newest, [c.seq for c in (*batch.changes, *batch.appends)] + ([batch.truncate_seq] if batch.truncate_seq else []))
+        props = self._commit_properties(state, offsets, newest, truncated)
         if truncated is not None:
-            props[TRUNCATED_PROPERTY] = orjson.dumps({"seq": truncated[0], "at": truncated[1]}).decode()
             batch = _after_truncate(batch, truncated[0])
         # the batch's deletes are remembered first, in their own commit: a crash before the
         # table's commit leaves markers that only say what is true (the key was deleted at that
         # sequence); the batch is read again and applied as before
-        consult = self._may_be_superseded(batch.table, state, batch.changes)  # by an earlier batch's delete
+        consult = self._may_be_superseded(state, batch.changes)  # by an earlier batch's delete
         self._remember_deletes(batch.table, state, batch.changes)
-        deleted_keys = self.deleted_keys_id(batch.table) if consult else None
 
         def work() -> None:
             crash_point("mid-merge")
             if batch.truncate:
-                self.spark.sql(f"DELETE FROM {tid}")
+                self.spark.sql(_truncate_sql(tid, batch.truncate_seq))
                 counts["truncates"] = 1
             if batch.changes:
-                self._merge(tid, state, batch.changes, counts, deleted_keys=deleted_keys)
+                self._merge(tid, state, batch.changes, counts, deleted_keys=self.iceberg_name(batch.table) if consult else None)
             if batch.appends and state.key:
                 # a change whose key is unknown (e.g. a delete whose key column was absent)
                 # cannot be applied to a keyed table; it is counted and logged, not guessed
@@ -536,37 +711,87 @@ class IcebergTables:
             elif batch.appends:
                 self._append(tid, state, batch.appends)
                 counts["appends"] = len(batch.appends)
-            if not (batch.truncate or batch.changes or batch.appends):
-                return
         self._with_commit_properties(props, work)
-        state.commits += 1
-        state.truncated = truncated
+        self._committed(state, props, truncated)
         return counts
 
-    def _truncate_watermark(self, tid: str, state: _TableState, batch: TableBatch) -> tuple[str, int] | None:
+    def commit_files(self, table: tuple[str, str], files: TableFiles, offsets: dict[str, int], newest: dict[str, str]) -> bool:
+        """Commit what the write tasks wrote for ``table`` (:class:`sink.tasks.TableFiles`) in one
+        Iceberg snapshot: a ``RowDelta`` of the new rows and the equality deletes of the keys they
+        replace or delete (an append for a table without a key), with the offsets it covers and
+        the newest sequences in its summary. Returns whether a snapshot was committed (not when
+        the batch brought nothing to write). A failure is raised as :class:`TableWriteError`."""
+        from py4j.protocol import Py4JError
+        from pyspark.errors import PySparkException
+
+        from sink.datafiles import data_file, equality_delete_file
+
+        if files.data is None and files.deletes is None:
+            return False
+        tid = self.table_id(table)
+        state = self._state[tid]
+        try:
+            jt = self._java(table)
+            truncated = self._truncate_watermark(state, None)
+            props = self._commit_properties(state, offsets, newest, truncated)
+            jvm = self.jvm
+            if files.deletes is not None:
+                schema = jt.schema()
+                ids = [schema.findField(k).fieldId() for k in state.key]
+                write = jt.newRowDelta().addDeletes(
+                    equality_delete_file(jvm, self.spark.sparkContext._gateway, jt, files.deletes, ids)
+                )
+                if files.data is not None:
+                    write = write.addRows(data_file(jvm, jt, files.data))
+            else:
+                write = jt.newAppend().appendFile(data_file(jvm, jt, files.data))
+            for k, v in props.items():
+                write = write.set(k, v)
+            crash_point("mid-merge")
+            write.commit()
+        except (Py4JError, PySparkException, OSError) as exc:
+            raise TableWriteError(".".join(table), exc) from exc
+        self._committed(state, props, truncated)
+        return True
+
+    def _truncate_watermark(self, state: _TableState, truncate_seq: str | None) -> tuple[str, int] | None:
         """The truncate to remember with this batch's commit: the batch's own, else the table's
         last one while it is within ``deleted_keys_retention_seconds``."""
         retention_ms = self.config.deleted_keys_retention_seconds * 1000
         if retention_ms <= 0:
             return None
-        if not state.summary_loaded:
-            self._read_summary(tid, state)
         now = int(time.time() * 1000)
-        if batch.truncate_seq is not None and (state.truncated is None or batch.truncate_seq >= state.truncated[0]):
-            return batch.truncate_seq, now
+        if truncate_seq is not None and (state.truncated is None or truncate_seq >= state.truncated[0]):
+            return truncate_seq, now
         if state.truncated is not None and now - state.truncated[1] <= retention_ms:
             return state.truncated
         return None
 
-    def _frame(self, state: _TableState, changes: list[SinkChange], with_unavailable: bool) -> Any:
+    def remembered_truncate(self, table: tuple[str, str]) -> str | None:
+        """The sequence of the table's last truncate while it is remembered (changes not newer
+        than it are left out, :func:`_after_truncate`)."""
+        state = self._load_state(table)
+        if state is None:
+            return None
+        if not state.summary_loaded:
+            self._read_summary(table, state)
+        truncated = self._truncate_watermark(state, None)
+        return truncated[0] if truncated else None
+
+    def _frame(self, state: _TableState, changes: list[SinkChange], with_unavailable: bool, with_key: bool = False) -> Any:
+        """The MERGE source: the changes' rows with their op, sequence and timestamp; the
+        columns each lacks (``with_unavailable``); the key as the deleted-keys memory writes it
+        (``with_key``)."""
         names = list(state.columns)
         cols_sql = [f"{quote(n)} {state.columns[n]}" for n in names]
         cols_sql += [f"{quote(OP_COLUMN)} string", f"{quote(SEQ_COLUMN)} string", f"{quote(TS_COLUMN)} bigint"]
         if with_unavailable:
             cols_sql.append(f"{quote(UNAVAILABLE_COLUMN)} array<string>")
             cols_sql.append(f"{quote(FILLED_COLUMN)} map<string,string>")
+        if with_key:
+            cols_sql.append(f"{quote(KEY_COLUMN)} string")
         schema = ", ".join(cols_sql)
-        docs = _json_documents(state.columns, changes, with_unavailable)
+        docs = _json_documents(state.columns, changes, with_unavailable, with_key)
         if docs is not None:
             # Built in the JVM from JSON text: no Python worker processes, and a source the MERGE
             # can read more than once cheaply. FAILFAST: a value Spark cannot parse is an error,
@@ -593,6 +818,8 @@ class IcebergTables:
             if with_unavailable:
                 values.append(sorted(ch.unavailable) if ch.unavailable else [])
                 values.append(dict(ch.filled))
+            if with_key:
+                values.append(key_text(ch.key))
             rows.append(values)
         return self.spark.createDataFrame(rows, schema=schema, verifySchema=False)
 
@@ -604,8 +831,9 @@ class IcebergTables:
         counts: dict[str, int],
         deleted_keys: str | None = None,
     ) -> None:
-        """MERGE the batch's changes; with ``deleted_keys`` (the side table), a change that is not
-        a delete and is not newer than a remembered delete of its key is left out of the source."""
+        """MERGE the batch's changes; with ``deleted_keys`` (the table's name in the deleted-keys
+        memory), a change that is not a delete and is not newer than a remembered delete of its
+        key is left out of the source."""
         key = state.key or changes[-1].key_columns
         # the columns some change of the batch did not carry (partial images): an update keeps
         # their stored value where its change lacks them, or where the value was filled from an
@@ -613,13 +841,13 @@ class IcebergTables:
         # every column is a plain assignment, the source frame has no unavailable array, and Spark
         # prunes the target scan (and the join's shuffle) to the key, the sequence and the row position.
         partial = frozenset().union(*(ch.unavailable for ch in changes), *(ch.filled for ch in changes))
-        frame = self._frame(state, changes, with_unavailable=bool(partial))
+        frame = self._frame(state, changes, with_unavailable=bool(partial), with_key=deleted_keys is not None)
         view = f"cdcnorm_src_{abs(hash(tid)) % 10**8}"
         frame.createOrReplaceTempView(view)
         views = [view]
         if deleted_keys is not None and any(c.op != Operation.DELETE for c in changes):
             raw, view = view, f"{view}_live"
-            self.spark.sql(_not_deleted_sql(raw, deleted_keys, key)).createOrReplaceTempView(view)
+            self.spark.sql(_not_deleted_sql(raw, self.deleted_keys_id(), deleted_keys)).createOrReplaceTempView(view)
             views.append(view)
         on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
         newer = f"(t.{quote(SEQ_COLUMN)} IS NULL OR s.{quote(SEQ_COLUMN)} > t.{quote(SEQ_COLUMN)})"
@@ -658,86 +886,112 @@ class IcebergTables:
 
     # -- deleted keys -------------------------------------------------------------------
 
-    def _has_deleted_keys(self, table: tuple[str, str], state: _TableState) -> bool:
-        if state.deleted_keys is None:
-            state.deleted_keys = bool(state.key) and self._exists(self.deleted_keys_id(table))
-        return state.deleted_keys
+    def _deleted_keys_exist(self) -> bool:
+        return self.deleted_keys_plan(create=False) is not None
 
-    def _consults_deleted_keys(self, table: tuple[str, str], state: _TableState) -> bool:
-        return self.config.deleted_keys_retention_seconds > 0 and bool(state.key) and self._has_deleted_keys(table, state)
+    def deleted_keys_plan(self, create: bool = True) -> tuple[str, str] | None:
+        """The location and Iceberg schema (JSON) of the deleted-keys memory table, created on
+        first use (``create``); ``None`` when it does not exist (or is not kept)."""
+        if self.config.deleted_keys_retention_seconds <= 0:
+            return None
+        with self._deleted_keys_lock:
+            if self._deleted_keys is None:
+                ns, name = self.config.deleted_keys_table.rsplit(".", 1)
+                jt = self.java_table((ns, name))
+                if jt is None:
+                    if not create:
+                        return None
+                    self._create_deleted_keys()
+                    jt = self.java_table((ns, name))
+                self._deleted_keys = (jt.location(), self.jvm.org.apache.iceberg.SchemaParser.toJson(jt.schema()))
+            return self._deleted_keys
 
-    def _may_be_superseded(self, table: tuple[str, str], state: _TableState, changes: list[SinkChange]) -> bool:
-        """Whether a remembered delete (of an earlier batch) can supersede one of ``changes``:
-        only when some change that is not a delete is not newer than the newest remembered
-        delete. In an ordered stream every change is newer, and the MERGE skips the anti-join
-        against the side table; a replay or a late change needs it. Compaction leaves one change
-        per key in a batch, so the batch's own deletes never supersede its other changes."""
-        if not self._consults_deleted_keys(table, state):
-            return False
-        oldest = min((c.seq for c in changes if c.op != Operation.DELETE), default=None)
-        if oldest is None:
-            return False
-        if not state.newest_delete_known:
-            (row,) = self.spark.sql(f"SELECT max({quote(SEQ_COLUMN)}) AS newest FROM {self.deleted_keys_id(table)}").collect()
-            state.newest_delete, state.newest_delete_known = row["newest"], True
-        return state.newest_delete is not None and oldest <= state.newest_delete
-
-    def _remember_deletes(self, table: tuple[str, str], state: _TableState, changes: list[SinkChange]) -> None:
-        """Append the key and sequence of every delete of the batch to the table's side table
-        (created on the first delete): an append, no row-level delete, one small commit."""
-        if self.config.deleted_keys_retention_seconds <= 0 or not state.key:
-            return
-        deletes = [c for c in changes if c.op == Operation.DELETE and c.key is not None]
-        if not deletes:
-            return
-        side = self.deleted_keys_id(table)
-        if not self._has_deleted_keys(table, state):
-            self._create_deleted_keys(table, side, state)
-            state.deleted_keys = True
-        key_state = _TableState({k: state.columns[k] for k in state.key}, state.key)
-        rows = [replace(c, row=dict(zip(c.key_columns, c.key or (), strict=False)), unavailable=frozenset()) for c in deletes]
-        frame = self._frame(key_state, rows, with_unavailable=False)
-        frame.selectExpr(
-            *(quote(k) for k in state.key), quote(SEQ_COLUMN), f"current_timestamp() AS {quote(DELETED_AT_COLUMN)}"
-        ).writeTo(side).append()
-        if state.newest_delete_known:
-            newest = max(c.seq for c in deletes)
-            if state.newest_delete is None or newest > state.newest_delete:
-                state.newest_delete = newest
-
-    def _create_deleted_keys(self, table: tuple[str, str], side: str, state: _TableState) -> None:
-        defs = [f"{quote(k)} {state.columns[k]}" for k in state.key]  # nullable: appended from a frame
-        defs += [f"{quote(SEQ_COLUMN)} string", f"{quote(DELETED_AT_COLUMN)} timestamp"]
+    def _create_deleted_keys(self) -> None:
+        ns = self.config.deleted_keys_table.rsplit(".", 1)[0]
+        side = self.deleted_keys_id()
+        defs = [f"{quote(TABLE_COLUMN)} string", f"{quote(KEY_COLUMN)} string", f"{quote(SEQ_COLUMN)} string",
+                f"{quote(DELETED_AT_COLUMN)} timestamp"]
         props = {
             "format-version": "2",
             **dict.fromkeys(_DISTRIBUTION_PROPERTIES, "none"),
             **self.config.table_properties,
-            # appended to by every batch with deletes, read by every MERGE that may insert, and
+            # appended to by every batch with deletes, read only by a MERGE of late changes, and
             # deleted from only when markers expire (maintenance): copy-on-write keeps the reads
             # free of delete files (old files usually expire whole, a metadata-only delete)
             "write.delete.mode": "copy-on-write",
             "write.update.mode": "copy-on-write",
             "write.merge.mode": "copy-on-write",
-            KEY_PROPERTY: ",".join(state.key),
-            DELETED_KEYS_OF_PROPERTY: ".".join(table),
+            DELETED_KEYS_PROPERTY: "true",
         }
         props_sql = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
+        self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(self.config.catalog.name)}.{quote(ns)}")
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS {side} ({', '.join(defs)}) USING iceberg TBLPROPERTIES ({props_sql})")
-        log.info("created table %s: the deleted keys of %s", side, ".".join(table))
+        log.info("created table %s: the deleted keys of every table", side)
 
-    def expire_deleted_keys(self, table: tuple[str, str]) -> None:
+    def remember_deleted_keys(self, files: list[Any]) -> None:
+        """Commit the deleted-keys files the write tasks wrote (:class:`sink.tasks.DeletedKeysFile`),
+        one append for the whole batch, before any table's commit: a crash in between leaves
+        markers that only say what is true (the key was deleted at that sequence)."""
+        if not files:
+            return
+        from py4j.protocol import Py4JError
+        from pyspark.errors import PySparkException
+
+        from sink.datafiles import data_file
+
+        ns, name = self.config.deleted_keys_table.rsplit(".", 1)
+        try:
+            jt = self.java_table((ns, name))
+            append = jt.newAppend()
+            for f in files:
+                append = append.appendFile(data_file(self.jvm, jt, f.file))
+            append.commit()
+        except (Py4JError, PySparkException, OSError) as exc:
+            raise TableWriteError(self.config.deleted_keys_table, exc) from exc
+        self._batches += 1
+
+    def _may_be_superseded(self, state: _TableState, changes: list[SinkChange]) -> bool:
+        """Whether a remembered delete (of an earlier batch) can supersede one of ``changes``:
+        only when some change that is not a delete is not newer than the table's newest
+        sequence (which counts its deletes). In an ordered stream every change is newer, and the
+        MERGE skips the anti-join against the memory; a replay or a late change needs it.
+        Compaction leaves one change per key in a batch, so the batch's own deletes never
+        supersede its other changes."""
+        if not state.key or not self._deleted_keys_exist():
+            return False
+        newest = state.newest
+        return any(
+            c.op != Operation.DELETE and (newest is None or c.seq <= newest.get(seq_class(c.seq), ""))
+            for c in changes
+        )
+
+    def _remember_deletes(self, table: tuple[str, str], state: _TableState, changes: list[SinkChange]) -> None:
+        """Append the key and sequence of every delete of the batch to the deleted-keys memory
+        (created on the first delete): an append, no row-level delete, one small commit."""
+        if not state.key:
+            return
+        deletes = [c for c in changes if c.op == Operation.DELETE and c.key is not None]
+        if not deletes or self.deleted_keys_plan() is None:
+            return
+        name = self.iceberg_name(table)
+        rows = [(name, key_text(c.key), c.seq) for c in deletes]
+        schema = f"{quote(TABLE_COLUMN)} string, {quote(KEY_COLUMN)} string, {quote(SEQ_COLUMN)} string"
+        self.spark.createDataFrame(rows, schema=schema).selectExpr(
+            "*", f"current_timestamp() AS {quote(DELETED_AT_COLUMN)}"
+        ).writeTo(self.deleted_keys_id()).append()
+
+    def expire_deleted_keys(self) -> None:
         """Forget the deletes recorded more than ``deleted_keys_retention_seconds`` ago, then
-        compact the side table and expire its snapshots (maintenance)."""
-        tid = self.table_id(table)
-        state = self._load_state(tid)
-        if state is None or not self._has_deleted_keys(table, state):
+        compact the memory table and expire its snapshots (maintenance)."""
+        if not self._deleted_keys_exist():
             return
         m = self.config.maintenance
-        side = self.deleted_keys_id(table)
+        side = self.deleted_keys_id()
         cutoff = _older_than(self.config.deleted_keys_retention_seconds)
         self.spark.sql(f"DELETE FROM {side} WHERE {quote(DELETED_AT_COLUMN)} < TIMESTAMP '{cutoff}'")
         cat = quote(self.config.catalog.name)
-        ident = f"{quote(self.config.namespace or table[0])}.{quote(table[1] + DELETED_KEYS_SUFFIX)}"
+        ns, name = self.config.deleted_keys_table.rsplit(".", 1)
+        ident = f"{quote(ns)}.{quote(name)}"
         self.spark.sql(
             f"CALL {cat}.system.rewrite_data_files(table => '{ident}', "
             f"options => map('min-input-files', '{m.min_input_files}'))"
@@ -746,6 +1000,17 @@ class IcebergTables:
             f"CALL {cat}.system.expire_snapshots(table => '{ident}', "
             f"older_than => TIMESTAMP '{_older_than(m.expire_older_than_seconds)}', retain_last => {m.retain_last})"
         ).collect()
+        log.info("maintenance done on %s", side)
+
+    def maybe_maintain_deleted_keys(self) -> bool:
+        """Maintain the deleted-keys memory every ``maintenance.every_batches`` batches that
+        appended to it."""
+        m = self.config.maintenance
+        if not m.enabled or self._batches == 0 or self._batches % m.every_batches:
+            return False
+        self._batches += 1  # once per cadence, even if no batch appends before the next check
+        self.expire_deleted_keys()
+        return True
 
     # -- maintenance --------------------------------------------------------------------
 
@@ -760,14 +1025,19 @@ class IcebergTables:
         return True
 
     def maintain(self, table: tuple[str, str]) -> None:
+        """Compact the table's data files, fold its delete files into them (position and
+        equality deletes: ``delete-file-threshold`` 1, then the deletes that no longer apply to
+        any data file are dropped), and expire old snapshots."""
         m = self.config.maintenance
         tid = self.table_id(table)
         cat = quote(self.config.catalog.name)
         ident = f"{quote(self.config.namespace or table[0])}.{quote(table[1])}"
         self.spark.sql(
             f"CALL {cat}.system.rewrite_data_files(table => '{ident}', "
-            f"options => map('min-input-files', '{m.min_input_files}', 'delete-file-threshold', '1'))"
+            f"options => map('min-input-files', '{m.min_input_files}', 'delete-file-threshold', '1', "
+            f"'remove-dangling-deletes', 'true'))"
         ).collect()
+        dropped = self._drop_dangling_equality_deletes(table, tid)
         self.spark.sql(
             f"CALL {cat}.system.rewrite_position_delete_files(table => '{ident}', "
             f"options => map('rewrite-all', 'true'))"
@@ -776,8 +1046,41 @@ class IcebergTables:
             f"CALL {cat}.system.expire_snapshots(table => '{ident}', "
             f"older_than => TIMESTAMP '{_older_than(m.expire_older_than_seconds)}', retain_last => {m.retain_last})"
         ).collect()
-        self.expire_deleted_keys(table)
-        log.info("maintenance done on %s", tid)
+        log.info("maintenance done on %s (%d equality-delete files folded in)", tid, dropped)
+
+    def _drop_dangling_equality_deletes(self, table: tuple[str, str], tid: str) -> int:
+        """Remove the equality-delete files that apply to no live data file any more: those
+        whose sequence number is not above the lowest of the data files (an equality delete
+        applies to older data only), which is all of them once ``rewrite_data_files`` folded
+        them in. Iceberg's own ``remove-dangling-deletes`` leaves an unpartitioned table to its
+        commits, which keep them (seen with 1.9.2): without this, every row-delta commit's
+        delete file would stay, and every read would load them all. Returns how many."""
+        (row,) = self.spark.sql(
+            f"SELECT min(sequence_number) AS m FROM {tid}.entries WHERE status <> 2 AND data_file.content = 0"
+        ).collect()
+        jt = self._java(table)
+        snapshot = jt.currentSnapshot() if jt is not None else None
+        if snapshot is None:
+            return 0
+        lowest = row["m"]
+        io, specs = jt.io(), jt.specs()
+        read = self.jvm.org.apache.iceberg.ManifestFiles.readDeleteManifest
+        rewrite = jt.newRewrite()
+        dropped = 0
+        for manifest in snapshot.deleteManifests(io):
+            reader = read(manifest, io, specs)
+            try:
+                files = reader.iterator()
+                while files.hasNext():
+                    f = files.next()
+                    if f.content().toString() == "EQUALITY_DELETES" and (lowest is None or f.dataSequenceNumber() <= lowest):
+                        rewrite = rewrite.deleteFile(f.copy())
+                        dropped += 1
+            finally:
+                reader.close()
+        if dropped:
+            rewrite.validateFromSnapshot(snapshot.snapshotId()).commit()
+        return dropped
 
 
 _JSON_CHUNK_BYTES = 8 * 1024 * 1024
@@ -810,7 +1113,7 @@ def _float32(value: Any) -> Any:
 
 
 def _json_documents(
-    columns: dict[str, str], changes: list[SinkChange], with_unavailable: bool
+    columns: dict[str, str], changes: list[SinkChange], with_unavailable: bool, with_key: bool = False
 ) -> list[str] | None:
     """The rows of a source frame as JSON array texts of at most ~8 MB each, or ``None`` when a
     value cannot be carried exactly (then the frame is built from Python rows).
@@ -839,6 +1142,8 @@ def _json_documents(
             if with_unavailable:
                 doc[UNAVAILABLE_COLUMN] = sorted(ch.unavailable) if ch.unavailable else []
                 doc[FILLED_COLUMN] = ch.filled
+            if with_key:
+                doc[KEY_COLUMN] = key_text(ch.key)
             text = dumps(doc, default=default)
             chunk.append(text)
             size += len(text) + 1
@@ -883,23 +1188,44 @@ def _after_truncate(batch: TableBatch, truncate_seq: str) -> TableBatch:
     return replace(batch, changes=changes, appends=appends)
 
 
-def _not_deleted_sql(source: str, deleted_keys: str, key: tuple[str, ...]) -> str:
+def _truncate_sql(tid: str, truncate_seq: str | None) -> str:
+    """The delete of a truncate: every row older than it. A row a later change wrote, read in an
+    earlier micro-batch from another partition, stays. Only source sequences order across
+    partitions: a truncate without one removes every row, as do rows without one.
+
+    >>> _truncate_sql("t", "s0009")
+    "DELETE FROM t WHERE NOT (`__cdc_seq` LIKE 's%' AND `__cdc_seq` > 's0009')"
+    >>> _truncate_sql("t", "k0001:00000000000000000004")
+    'DELETE FROM t'
+    """
+    if truncate_seq is None or not _orders_globally(truncate_seq):
+        return f"DELETE FROM {tid}"
+    seq = quote(SEQ_COLUMN)
+    return f"DELETE FROM {tid} WHERE NOT ({seq} LIKE 's%' AND {seq} > {_sql_string(truncate_seq)})"
+
+
+def _not_deleted_sql(source: str, deleted_keys: str, table: str) -> str:
     """The rows of ``source`` without the changes that a remembered delete supersedes: a change
-    that is not a delete, of a key deleted at a sequence at least its own. The side table is
-    first cut down to the batch's keys (a semi join that broadcasts them), so its scan is not
-    shuffled however many keys it remembers."""
-    keys = ", ".join(quote(k) for k in key)
-    m_keys = ", ".join(f"m.{quote(k)}" for k in key)
-    on_batch = " AND ".join(f"m.{quote(k)} = b.{quote(k)}" for k in key)
-    on_source = " AND ".join(f"s.{quote(k)} = d.{quote(k)}" for k in key)
-    op, seq = quote(OP_COLUMN), quote(SEQ_COLUMN)
+    that is not a delete, of a key of ``table`` deleted at a sequence at least its own. The
+    memory is first cut down to the table and the batch's keys (a semi join that broadcasts
+    them), so its scan is not shuffled however many keys it remembers."""
+    op, seq, key = quote(OP_COLUMN), quote(SEQ_COLUMN), quote(KEY_COLUMN)
     return (
-        f"WITH b AS (SELECT DISTINCT {keys} FROM {source} WHERE {op} <> {_DELETE}), "
-        f"d AS (SELECT /*+ BROADCAST(b) */ {m_keys}, max(m.{seq}) AS {quote(DELETED_SEQ)} "
-        f"FROM {deleted_keys} m LEFT SEMI JOIN b ON {on_batch} GROUP BY {m_keys}) "
-        f"SELECT s.* FROM {source} s LEFT ANTI JOIN d ON {on_source} "
+        f"WITH b AS (SELECT DISTINCT {key} FROM {source} WHERE {op} <> {_DELETE}), "
+        f"d AS (SELECT /*+ BROADCAST(b) */ m.{key}, max(m.{seq}) AS {quote(DELETED_SEQ)} "
+        f"FROM {deleted_keys} m LEFT SEMI JOIN b ON m.{key} = b.{key} "
+        f"WHERE m.{quote(TABLE_COLUMN)} = {_sql_string(table)} GROUP BY m.{key}) "
+        f"SELECT s.* FROM {source} s LEFT ANTI JOIN d ON s.{key} = d.{key} "
         f"AND s.{op} <> {_DELETE} AND d.{quote(DELETED_SEQ)} >= s.{seq}"
     )
+
+
+def _fold(newest: dict[str, str], seqs: Any) -> None:
+    """Fold sequences into ``newest`` (per sequence class, the highest)."""
+    for seq in seqs:
+        cls = seq_class(seq)
+        if seq > newest.get(cls, ""):
+            newest[cls] = seq
 
 
 def _older_than(seconds: int) -> str:

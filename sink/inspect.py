@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from sink.config import SinkConfig
-from sink.iceberg import DELETED_KEYS_SUFFIX, SEQ_COLUMN, TS_COLUMN, build_spark, quote
+from sink.iceberg import SEQ_COLUMN, TS_COLUMN, build_spark, quote
 
 __all__ = ["list_tables", "read_tables"]
 
@@ -32,8 +32,8 @@ def _jsonable(value: Any) -> Any:
 
 
 def list_tables(spark: Any, config: SinkConfig, deleted_keys: bool = False) -> list[str]:
-    """``namespace.table`` of every table in the sink's catalog; with ``deleted_keys``, the side
-    tables of deleted keys (``<table>__cdc_deleted_keys``) too."""
+    """``namespace.table`` of every table in the sink's catalog; with ``deleted_keys``, the table
+    remembering deleted keys (``sink.deleted_keys_table``) too."""
     cat = quote(config.catalog.name)
     out: list[str] = []
     for ns in spark.sql(f"SHOW NAMESPACES IN {cat}").collect():
@@ -48,7 +48,7 @@ def list_tables(spark: Any, config: SinkConfig, deleted_keys: bool = False) -> l
         out.extend(
             f"{namespace}.{t['tableName']}"
             for t in listed
-            if deleted_keys or not t["tableName"].endswith(DELETED_KEYS_SUFFIX)
+            if deleted_keys or f"{namespace}.{t['tableName']}" != config.deleted_keys_table
         )
     return sorted(out)
 

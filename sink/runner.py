@@ -1,32 +1,38 @@
-"""The micro-batch loop: Kafka (confluent-kafka, on the driver) → compaction → Iceberg MERGE.
+"""The micro-batch loop: Kafka offset ranges → Spark tasks that read, parse and write files →
+one Iceberg commit per table → the Kafka offset commit.
 
-Per micro-batch:
+Per micro-batch (a trigger interval apart, as Spark's ``ProcessingTime`` trigger; an idle sink
+looks for records every ``poll_timeout_seconds``):
 
-1. read up to ``max_records_per_batch`` records or until the poll window ends (windows end one
-   trigger interval after the previous poll ended, so a record waits at most about one interval
-   plus the commit time);
-2. parse canonical records into changes, skipping those already applied (the offsets recorded in
-   each table's newest cdcnorm snapshot);
-3. compact per table and key, then MERGE each table in one commit tagged with its offsets;
-4. commit the Kafka offsets, only after every table's Iceberg commit;
-5. print one progress line and update the metrics; run maintenance on its cadence.
+1. plan an offset range per assigned partition with new records (:mod:`sink.plan`);
+2. **read job**: Spark tasks fetch the ranges and parse the records (:mod:`sink.source`); the
+   changes stay cached in the executors, a summary per table comes back (:mod:`sink.tasks`);
+3. per table: read its offsets and newest sequences (once), check its owner, create or evolve it,
+   and choose how to write it: a **row delta** when every change is newer than what the table
+   holds, else a **MERGE** (:mod:`sink.iceberg`);
+4. **write job**: for the row-delta tables, Spark tasks compact the changes per key and write the
+   Parquet data and equality-delete files; the driver commits each table in one snapshot tagged
+   with its offsets (the MERGE tables' changes are collected and merged as before);
+5. commit the Kafka offsets, only after every table's Iceberg commit;
+6. print one progress line and update the metrics; run maintenance on its cadence.
 
-A micro-batch whose writes fail (a table's Iceberg commit refused, the Kafka offset commit
-failing) is retried (:meth:`MicroBatchSink.run`): its offsets stay uncommitted, the consumer is
-rewound to its first records, and after a capped exponential back-off (``sink.write_retry``)
-they are read again; what an Iceberg commit already holds is skipped, as after a crash.
+A micro-batch whose writes fail is retried (:meth:`MicroBatchSink.run`): its offsets stay
+uncommitted, its ranges are read again, and after a capped exponential back-off
+(``sink.write_retry``) what an Iceberg commit already holds is skipped, as after a crash.
 
 The loop keeps :class:`sink.health.SinkHealth` up to date (a batch in flight, each commit, the lag
-after each poll window), which ``/healthz`` and ``cdcnorm_sink_seconds_since_progress`` read.
+after each plan), which ``/healthz`` and ``cdcnorm_sink_seconds_since_progress`` read.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
 import itertools
 import logging
 import signal
 import time
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -34,13 +40,28 @@ from typing import Any, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from sink.changes import ChangeParseError, RecordParser, SinkChange, TableBatch, compact
-from sink.config import SinkConfig
+from sink.changes import SinkChange, TableBatch, compact
+from sink.config import SinkConfig, UpsertMode
 from sink.faults import crash_point
 from sink.health import SinkHealth
-from sink.iceberg import IcebergTables, IncompatibleSchemaError, build_spark
-from sink.pending import HeldChanges
+from sink.iceberg import IcebergTables, IncompatibleSchemaError, build_spark, local_cores
+from sink.plan import Partitions
 from sink.retry import Backoff, describe_failure, failure_reason, is_retried
+from sink.source import Range, TopicPartition, reader_conf, split_tasks
+from sink.tasks import (
+    DeletedKeysFile,
+    TableFiles,
+    TablePlan,
+    TableSummary,
+    TaskSummary,
+    of_tables,
+    read_partition,
+    route,
+    seq_class,
+    slot,
+    summarize,
+    write_tables,
+)
 
 __all__ = ["BatchReport", "MicroBatchSink", "RunSummary", "serve_metrics"]
 
@@ -74,12 +95,17 @@ LAST_COMMIT = Gauge(
     "cdcnorm_sink_last_commit_timestamp_seconds",
     "Unix time of the last micro-batch whose Iceberg commits and Kafka offset commit succeeded",
 )
-HELD = Gauge(
-    "cdcnorm_sink_held_changes",
-    "Changes read but not written yet, held until their table's commit interval is over "
-    "(sink.commit_interval_seconds); their partitions' Kafka offsets are committed only up to the first",
+WAITING = Gauge(
+    "cdcnorm_sink_waiting_topics",
+    "Topics with records the sink has not read yet because their commit interval is not over "
+    "(sink.commit_interval_seconds); their records wait in Kafka",
 )
-HELD_AGE = Gauge("cdcnorm_sink_oldest_held_seconds", "Seconds since the oldest held change was read (0: none held)")
+TABLE_WRITES = Counter(
+    "cdcnorm_sink_table_writes_total",
+    "Table commits by how the micro-batch was written: row-delta (equality deletes and new rows, no Spark "
+    "job) or merge (a Spark MERGE: late or replayed changes, partial rows, truncates, upsert_mode merge)",
+    ["mode"],
+)
 SINCE_PROGRESS = Gauge(
     "cdcnorm_sink_seconds_since_progress",
     "Seconds the sink has had records to read or a micro-batch in flight without committing one "
@@ -87,11 +113,13 @@ SINCE_PROGRESS = Gauge(
 )
 
 
-_Item = tuple[tuple[str, str], TableBatch, dict[str, int]]  # a table, its compacted batch, its offsets
+Table = tuple[str, str]
+_Item = tuple[Table, TableBatch, dict[str, int]]  # a table, its compacted batch, its offsets
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
-TOUCHED_SHOWN = 8  # table names on a progress line; the rest as "+N"
+TOUCHED_SHOWN = 8
+STALL_SECONDS = 10.0  # a read task gives up on a broker that sends nothing, not even end-of-partition  # table names on a progress line; the rest as "+N"
 
 
 @dataclass
@@ -111,11 +139,13 @@ class BatchReport:
     skipped_applied: int = 0
     seconds: float = 0.0
     lag: int | None = None
-    held: int = 0  # changes read and held for a later batch (commit_interval_seconds)
+    row_deltas: int = 0  # tables written by a row delta
+    merges: int = 0  # tables written by a MERGE
+    waiting: int = 0  # topics whose commit interval is not over (commit_interval_seconds)
 
     @property
     def rows_per_second(self) -> float:
-        """Records read per second of processing (parse, MERGE and commits; not the poll wait)."""
+        """Records read per second of processing (read, parse, write and commits; not the wait for the trigger)."""
         return self.rows_read / self.seconds if self.seconds > 0 else 0.0
 
     def line(self) -> str:
@@ -130,7 +160,8 @@ class BatchReport:
             f"appends={self.appends} truncates={self.truncates} tables={len(self.tables)} "
             f"commit={self.commit_seconds:.2f}s freshness={fresh} rows/s={self.rows_per_second:.0f} "
             f"lag={'-' if self.lag is None else self.lag} touched={touched}"
-            + (f" held={self.held}" if self.held else "")
+            + (f" row_deltas={self.row_deltas} merges={self.merges}" if self.tables else "")
+            + (f" waiting_topics={self.waiting}" if self.waiting else "")
             + (f" skipped(already applied)={self.skipped_applied}" if self.skipped_applied else "")
         )
 
@@ -161,17 +192,62 @@ def serve_metrics(port: int, health: SinkHealth) -> Any:
     return serve(port, health)
 
 
-def _tp(topic: str, partition: int) -> str:
-    return f"{topic}:{partition}"
 
 
-def _first_offsets(msgs: list[Any]) -> dict[tuple[str, int], int]:
-    """The offset of the first record of each partition in ``msgs``."""
-    first: dict[tuple[str, int], int] = {}
-    for msg in msgs:
-        if not msg.error():
-            first.setdefault((msg.topic(), msg.partition()), msg.offset())
-    return first
+def _merged(summaries: list[TaskSummary]) -> tuple[dict[Table, TableSummary], TaskSummary]:
+    """The tasks' summaries folded: per table, and the ranges read and bad records of all."""
+    tables: dict[Table, TableSummary] = {}
+    whole = TaskSummary()
+    for s in summaries:
+        whole.reads += s.reads
+        whole.bad += s.bad
+        whole.bad_count += s.bad_count
+        for table, summary in s.tables.items():
+            if table in tables:
+                tables[table].merge(summary)
+            else:
+                tables[table] = summary
+    return tables, whole
+
+
+def merge_reason(summary: TableSummary, newest: dict[str, str], truncate: str | None, mode: UpsertMode) -> str | None:
+    """Why a table's micro-batch needs a MERGE, or ``None`` when a row delta applies it exactly:
+    every change is newer than anything the table was given (per sequence class: a source
+    sequence against every one; a partition/offset position against those of its partition,
+    and never past a source sequence, as the MERGE compares them), and none lacks columns,
+    truncates the table, or falls before a remembered truncate.
+
+    >>> s = TableSummary(("db", "t"), oldest={"s": "s0005"})
+    >>> merge_reason(s, {"s": "s0004"}, None, UpsertMode.ROW_DELTA) is None
+    True
+    >>> merge_reason(s, {"s": "s0005"}, None, UpsertMode.ROW_DELTA)
+    'a change not newer than the table (s0005 <= s0005): late or replayed'
+    """
+    if mode is UpsertMode.MERGE:
+        return "sink.upsert_mode is merge"
+    if summary.truncate_seq is not None:
+        return "a truncate"
+    if summary.partial:
+        return "a change without some columns (completed from the stored row)"
+    for cls, oldest in summary.oldest.items():
+        stored = newest.get(cls)
+        if stored is not None and oldest <= stored:
+            return f"a change not newer than the table ({oldest} <= {stored}): late or replayed"
+        if cls != "s" and "s" in newest:
+            return "a change without a source sequence in a table ordered by source sequences"
+        if truncate is not None and seq_class(truncate) == cls and oldest <= truncate:
+            return "a change older than the table's last truncate"
+    return None
+
+
+@dataclass
+class _Batch:
+    """One micro-batch in the driver: its ranges, the cached read, what it decided per table."""
+
+    ranges: list[Range]
+    rdd: Any = None
+    tables: dict[Table, TableSummary] = field(default_factory=dict)
+    paused_first: dict[TopicPartition, int] = field(default_factory=dict)  # where a paused table's changes start
 
 
 class MicroBatchSink:
@@ -189,32 +265,33 @@ class MicroBatchSink:
         self.consumer_conf = consumer_conf or {}
         self.report = report or (lambda r: log.info(r.line()))
         self._stop = False
-        self._applied: dict[tuple[str, str], dict[str, int]] = {}
-        self._paused_tables: dict[tuple[str, str], str] = {}
-        self._paused_tps: set[tuple[str, int]] = set()
+        self._paused_tables: dict[Table, str] = {}
         self.spark: Any = None
         self.tables: IcebergTables | None = None
-        self.consumer: Any = None
-        self._window_end: float | None = None  # when the current poll window ends (monotonic)
-        self.parser = RecordParser.from_settings(config.schema_registry)  # JSON with/without schemas, Avro
+        self.partitions: Partitions | None = None
+        self._next_batch: float | None = None  # when the next micro-batch may start (monotonic)
         retry = config.write_retry
         self._backoff = Backoff(retry.initial_backoff_seconds, retry.max_backoff_seconds)
-        self._batch_start: dict[tuple[str, int], int] = {}  # the current batch's first offset per partition
+        self._batch_start: dict[TopicPartition, int] = {}  # the current batch's first offset per partition
         self._failed_attempts = 0  # consecutive failed attempts of the current batch
         self._failing_since: float | None = None  # when its first attempt failed (monotonic)
         self.health = SinkHealth(config.liveness_stall_seconds)
         SINCE_PROGRESS.set_function(self.health.seconds_since_progress)
-        HELD_AGE.set_function(lambda: self._held.oldest_age(time.monotonic()))
-        self._start_positions: dict[tuple[str, int], int | None] = {}  # where unread partitions start
-        self._lag_labels: set[tuple[str, int]] = set()
-        self._pool: ThreadPoolExecutor | None = None  # writes the tables of a batch (table_parallelism)
-        self._held = HeldChanges(config.commit_interval_seconds, config.max_held_changes)
-        self._read_to: dict[tuple[str, int], int] = {}  # per partition, the offset after the last record read
+        self._lag_labels: set[TopicPartition] = set()
+        self._pool: ThreadPoolExecutor | None = None  # commits the tables of a batch (table_parallelism)
+        self._last_read: dict[str, float] = {}  # per topic, when a batch last read it (commit_interval_seconds)
+        self._known: set[Table] = set()  # tables whose owner and offsets this process has read
+        self._draining = False  # a run with ``once`` found nothing else to do: waiting topics are read now
+
+    @property
+    def consumer(self) -> Any:
+        return None if self.partitions is None else self.partitions.consumer
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def start(self) -> None:
         from confluent_kafka import Consumer
+        from confluent_kafka.admin import AdminClient
 
         self.spark = build_spark(self.config)
         self.tables = IcebergTables(self.spark, self.config)
@@ -230,13 +307,19 @@ class MicroBatchSink:
             "session.timeout.ms": 6000,
             "heartbeat.interval.ms": 1000,
             "enable.partition.eof": False,
+            # this consumer fetches nothing (its partitions are paused as soon as assigned): a
+            # small queue bounds what it fetches before the pause
+            "queued.max.messages.kbytes": 1024,
             **self.consumer_conf,
         }
-        self.consumer = Consumer(conf)
+        admin_conf = {k: v for k, v in conf.items() if not k.startswith(("group.", "enable.", "auto.", "session.",
+                                                                           "heartbeat.", "queued.", "partition.", "fetch.",
+                                                                           "max.poll", "isolation."))}
+        self.partitions = Partitions(Consumer(conf), AdminClient(admin_conf))
         topics = list(self.config.topics)
         if self.config.topic_pattern:
             topics.append("^" + self.config.topic_pattern.lstrip("^"))
-        self.consumer.subscribe(topics)
+        self.partitions.subscribe(topics)
 
     def stop(self) -> None:
         self._stop = True
@@ -246,13 +329,14 @@ class MicroBatchSink:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-        if self.consumer is not None:
-            self.consumer.close()
-            self.consumer = None
+        if self.partitions is not None:
+            self.partitions.consumer.close()
+            self.partitions = None
 
     def run(self, once: bool = False, max_batches: int | None = None) -> RunSummary:
-        """Run micro-batches until stopped; ``once`` stops at the first empty batch."""
-        if self.consumer is None:
+        """Run micro-batches until stopped; ``once`` stops when a plan finds nothing more to read
+        (reading the topics that wait for their commit interval first)."""
+        if self.partitions is None:
             self.start()
         self.health.started = True
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -261,10 +345,9 @@ class MicroBatchSink:
         summary = RunSummary()
         idle_batches = 0
         began = time.monotonic()
-        self._window_end = None
+        self._next_batch = None
         try:
             while not self._stop:
-                # no pause between batches: each poll waits for the end of its own window
                 try:
                     report = self.run_batch()
                 except Exception as exc:
@@ -280,37 +363,20 @@ class MicroBatchSink:
                 else:
                     idle_batches += 1
                     if once and not summary.batches and not self._joined(began):
-                        idle_batches = 0  # still joining the group: nothing could be fetched yet
+                        idle_batches = 0  # still joining the group: nothing could be read yet
                 if max_batches is not None and summary.batches >= max_batches:
                     break
-                # "once": stop when nothing more arrives (a fetch returning nothing, never watermarks:
-                # some brokers report wrong high watermarks). Allow a first idle batch for the group join.
+                # "once": stop when a plan finds nothing to read (after a first batch, or after
+                # the group join); topics waiting for their commit interval are read first
                 if once and idle_batches >= (2 if summary.batches else 8):
-                    break
-            self._flush_held(summary)
+                    if not report.waiting:
+                        break
+                    self._draining = True
+                    idle_batches = 0
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
         return summary
-
-    def _flush_held(self, summary: RunSummary) -> None:
-        """At the end of a run, write the tables holding changes (``commit_interval_seconds``).
-        A failure is logged, not retried: their offsets are not committed, the next run reads them again."""
-        if not self._held:
-            return
-        log.info("writing %d held changes of %d tables before stopping", self._held.count, self._held.tables)
-        try:
-            report = self.run_batch(flush=True)
-        except Exception as exc:
-            if not is_retried(exc):
-                raise
-            log.error("could not write the held changes (%s); their offsets are not committed, the next run "
-                      "reads them again", describe_failure(exc))
-            self._held.clear()
-            return
-        if report.tables:
-            summary.add(report)
-            self.report(report)
 
     ONCE_JOIN_TIMEOUT_S = 60.0
 
@@ -320,15 +386,16 @@ class MicroBatchSink:
         outlast the idle batches ``once`` allows; gives up after ``ONCE_JOIN_TIMEOUT_S``."""
         if time.monotonic() - since > self.ONCE_JOIN_TIMEOUT_S:
             return True
-        return bool(self.consumer.assignment())
+        assert self.partitions is not None
+        return bool(self.partitions.assigned())
 
     # -- retries ------------------------------------------------------------------------------
 
     def _retry_later(self, exc: Exception) -> None:
-        """A micro-batch failed to write: say why (log, metrics, ``/readyz``), rewind the consumer
-        to the batch's first records, forget what is cached of the tables and their offsets (read
-        again from Iceberg, where the tables that did commit recorded theirs), and wait the
-        back-off. Raises ``exc`` once the batch has failed for ``give_up_after_seconds``."""
+        """A micro-batch failed to write: say why (log, metrics, ``/readyz``), rewind its ranges,
+        forget what is cached of the tables and their offsets (read again from Iceberg, where the
+        tables that did commit recorded theirs), and wait the back-off. Raises ``exc`` once the
+        batch has failed for ``give_up_after_seconds``."""
         now = time.monotonic()
         if self._failing_since is None:
             self._failing_since = now
@@ -354,23 +421,16 @@ class MicroBatchSink:
             exc_info=self._failed_attempts == 1,
         )
         self.health.write_failed(f"table {table}: {reason}: {what}", delay)
-        self._rewind()
-        self._held.clear()  # read again: the rewind goes back to the first held change too
-        HELD.set(0)
-        self._applied.clear()
+        assert self.partitions is not None
+        self.partitions.rewind(self._batch_start)
+        self._known.clear()
         if self.tables is not None:
             self.tables.forget_cached()
         deadline = time.monotonic() + delay
         while not self._stop and time.monotonic() < deadline:
+            self.partitions.poll()
             time.sleep(max(0.0, min(0.2, deadline - time.monotonic())))
-
-    def _check_owners(self, tables: set[tuple[str, str]]) -> None:
-        """Before a batch writes anything or commits an offset: stop (``TableOwnershipError``)
-        if another sink's group owns one of ``tables``, the tables the batch writes and those
-        first seen in it (even when all their changes are applied already, so a second sink
-        stops at its first batch). See :meth:`sink.iceberg.IcebergTables.check_owner`."""
-        assert self.tables is not None
-        self._each_table(self.tables.check_owner, sorted(tables))  # a metadata read per table (~40 ms)
+        self._next_batch = None  # the retry starts at once
 
     def _writes_succeed(self) -> None:
         """A micro-batch committed: the end of a run of failed attempts, if there was one."""
@@ -383,370 +443,357 @@ class MicroBatchSink:
         self._failing_since = None
         WRITE_FAILING.set(0)
 
-    def _rewind(self) -> None:
-        """Seek each partition of the failed batch back to its first record. A partition no longer
-        assigned is left alone: its new owner starts from the committed offset. Raises when a seek
-        fails."""
-        from confluent_kafka import KafkaException, TopicPartition
-
-        assigned = {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
-        for (topic, partition), offset in self._batch_start.items():
-            if (topic, partition) not in assigned:
-                continue
-            self._read_to.pop((topic, partition), None)
-            try:
-                self.consumer.seek(TopicPartition(topic, partition, offset))
-            except KafkaException as exc:
-                # going on would commit past the batch's records: stop, a restart reads them again
-                raise RuntimeError(
-                    f"cannot rewind {topic}[{partition}] to offset {offset} to retry the failed micro-batch "
-                    f"({exc}); stopping so that a restart reads it again from the committed offsets"
-                ) from exc
-
     # -- one batch --------------------------------------------------------------------------
 
-    def _poll(self) -> list[Any]:
-        """The records of one micro-batch: until ``max_records_per_batch``, the end of the poll
-        window, or a fetch returning nothing once some records arrived.
+    def _wait_for_trigger(self) -> None:
+        """Until the next micro-batch may start, serving the group's callbacks meanwhile."""
+        assert self.partitions is not None
+        self.partitions.poll()
+        while not self._stop and self._next_batch is not None and time.monotonic() < self._next_batch:
+            time.sleep(max(0.0, min(0.1, self._next_batch - time.monotonic())))
+            self.partitions.poll()
 
-        A window ends one trigger interval after the previous poll ended, not after the previous
-        commit (like Spark's ``ProcessingTime`` trigger): records that arrive during a commit
-        were fetched in the background and are in the next batch, due one interval after they
-        could first be polled. A window already over when the commit ends (a commit slower than
-        the interval) takes what the consumer has fetched, waiting one poll timeout at most when
-        it has nothing yet.
-        """
-        interval = self.config.trigger_interval_seconds
-        poll_timeout = self.config.poll_timeout_seconds
-        deadline = self._window_end if self._window_end is not None else time.monotonic() + interval
-        out: list[Any] = []
-        limit = self.config.max_records_per_batch
-        waited = False
-        while len(out) < limit:
-            remaining = deadline - time.monotonic()
-            # within the window: wait for records; after it, only take what is already fetched
-            timeout = min(remaining, poll_timeout) if remaining > 0 else 0.0
-            waited = waited or timeout > 0
-            msgs = self.consumer.consume(num_messages=min(10_000, limit - len(out)), timeout=timeout)
-            before = len(out)
-            for msg in msgs:
-                if msg.error():
-                    log.warning("consumer error: %s", msg.error())
-                    continue
-                out.append(msg)
-            if len(out) > before:
-                continue
-            if remaining > 0:
-                if out and not msgs:
-                    break  # a fetch returned nothing: what had arrived is all in
-                continue
-            if out or waited:
-                break
-            # overdue from the start and nothing fetched yet: wait one poll timeout for records
-            deadline = time.monotonic() + poll_timeout
-        self._window_end = time.monotonic() + interval
-        return out
-
-    def _applied_for(self, table: tuple[str, str]) -> dict[str, int]:
-        applied = self._applied.get(table)
-        if applied is None:
-            assert self.tables is not None
-            applied = self._applied[table] = self.tables.applied_offsets(table)
-        return applied
-
-    def _load_applied(self, tables: set[tuple[str, str]]) -> None:
-        """Read the offsets recorded in the newest cdcnorm snapshot of each table not seen yet
-        (a query per table: on the table pool, so a first batch over hundreds of tables does not
-        wait for them one after the other)."""
-        self._each_table(self._applied_for, [t for t in tables if t not in self._applied])
-
-    def run_batch(self, flush: bool = False) -> BatchReport:
-        """One micro-batch: poll, parse, hold or write each table, commit the Kafka offsets.
-
-        ``flush`` (at the end of a run): no poll, write every held table."""
-        assert self.tables is not None
-        msgs = [] if flush else self._poll()
-        first = _first_offsets(msgs)
-        if self._held:
-            # held changes that are being read again (a rewind, a re-assignment) or whose
-            # partition went to another sink are forgotten: they come again from Kafka
-            assigned = None if flush else {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
-            if self._held.drop(keep=first, assigned=assigned):
-                HELD.set(self._held.count)
-        # where a retry reads the batch again: its first records, or the first held change
-        self._batch_start = {**first}
-        for tp, offset in self._held.first_offsets().items():
-            self._batch_start[tp] = min(offset, self._batch_start.get(tp, offset))
-        known = set(self._applied)  # tables seen before this batch (their offsets read)
-        report = BatchReport(rows_read=len(msgs))
+    def _plan(self, report: BatchReport) -> list[Range]:
+        """The ranges of this micro-batch; with a commit interval, a topic is read once its
+        interval since it was last read is over (the others wait in Kafka)."""
+        assert self.partitions is not None
+        interval = self.config.commit_interval_seconds
         now = time.monotonic()
-        if not msgs and not self._held.due(now, everything=flush):
-            self.health.observe_lag(self._measure_lag())
-            report.held = self._held.count
-            return report
-        polled = time.monotonic()
-        self.health.batch_started(len(msgs))
-        ROWS_READ.inc(len(msgs))
-        for msg in msgs:  # per partition in offset order: the last one read wins
-            self._read_to[(msg.topic(), msg.partition())] = msg.offset() + 1
-        first_paused: dict[tuple[str, int], int] = {}
-        parsed: list[SinkChange] = []
-        for msg in msgs:
-            try:
-                change = self.parser.parse(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value())
-            except ChangeParseError as exc:
-                BAD_RECORDS.inc()
-                log.error("skipping a record that is not a canonical change: %s", exc)
-                continue
-            if change is None:
-                continue
-            if change.table in self._paused_tables:
-                first_paused.setdefault((msg.topic(), msg.partition()), msg.offset())
-                continue
-            parsed.append(change)
-        del msgs  # the raw records are parsed: free them before the merge (driver peak memory)
-        self._load_applied({c.table for c in parsed})
-        fresh: list[SinkChange] = []
-        for change in parsed:
-            if change.offset < self._applied[change.table].get(_tp(change.topic, change.partition), 0):
-                report.skipped_applied += 1
-                continue
-            fresh.append(change)
-        del parsed
-        report.changes = len(fresh)
-        self._held.add(fresh, now)
-        due = self._held.due(now, everything=flush)
-        changes = self._held.take(due)
-        table_offsets: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
-        for change in changes:
-            offsets = table_offsets[change.table]
-            key = _tp(change.topic, change.partition)
-            offsets[key] = max(offsets.get(key, 0), change.offset + 1)
-        self._check_owners(set(self._applied) - known | set(table_offsets))
+        waiting = {t for t, at in self._last_read.items() if interval > 0 and now - at < interval and not self._draining}
+        ranges = self.partitions.plan()
+        due = [r for r in ranges if r.topic not in waiting]
+        report.waiting = len({r.topic for r in ranges} - {r.topic for r in due})
+        WAITING.set(report.waiting)
+        return due
+
+    def run_batch(self) -> BatchReport:
+        """One micro-batch: plan, read, write each table, commit the Kafka offsets."""
+        assert self.tables is not None and self.partitions is not None
+        self._wait_for_trigger()
         started = time.monotonic()
-        for table, batch, counts in self._write_tables(compact(changes), table_offsets, changes, first_paused):
-            report.tables.append(".".join(table))
-            report.upserts += counts["upserts"]
-            report.deletes += counts["deletes"]
-            report.appends += counts["appends"]
-            report.truncates += counts["truncates"]
-            UPSERTS.labels(".".join(table)).inc(counts["upserts"])
-            DELETES.labels(".".join(table)).inc(counts["deletes"])
-            newest = max((c.ts_ms for c in batch.changes + batch.appends if c.ts_ms), default=None)
-            if newest and (report.newest_ts_ms is None or newest > report.newest_ts_ms):
-                report.newest_ts_ms = newest
-        report.commit_seconds = time.monotonic() - started
+        report = BatchReport()
+        ranges = self._plan(report)
+        interval = self.config.trigger_interval_seconds
+        if not ranges:
+            # idle: look again after a poll timeout, not a whole interval (a record arriving now
+            # starts a batch within about poll_timeout_seconds)
+            self._next_batch = time.monotonic() + min(interval, self.config.poll_timeout_seconds)
+            report.lag = self._observe_lag()
+            self.health.observe_lag(report.lag)
+            return report
+        self._next_batch = started + interval  # as Spark's ProcessingTime trigger
+        self._batch_start = {r.tp: r.start for r in ranges}
+        self.health.batch_started(sum(r.end - r.start for r in ranges))
+        batch = _Batch(ranges)
+        try:
+            self._read(batch, report)
+            now = time.monotonic()
+            for topic in {r.topic for r in ranges}:
+                self._last_read[topic] = now
+            self._write(batch, report)
+        finally:
+            if batch.rdd is not None:
+                batch.rdd.unpersist()
         crash_point("after-iceberg-commit")
         COMMIT_SECONDS.observe(report.commit_seconds)
         if report.newest_ts_ms:
             FRESHNESS.set(max(0.0, time.time() - report.newest_ts_ms / 1000))
-        # the partitions read now and those of the changes just written: each up to what was
-        # read of it, but not past its first held (or paused) change
-        self._commit(set(first) | {(c.topic, c.partition) for c in changes}, first_paused)
+        self._commit(batch)
         self.health.committed()
         LAST_COMMIT.set(time.time())
-        HELD.set(self._held.count)
         crash_point("after-kafka-commit")
-        report.held = self._held.count
-        report.seconds = time.monotonic() - polled
-        report.lag = self._measure_lag()
+        report.seconds = time.monotonic() - started
+        report.lag = self._observe_lag()
         self.health.observe_lag(report.lag)
         return report
 
-    def _write_tables(
-        self,
-        batches: dict[tuple[str, str], TableBatch],
-        table_offsets: dict[tuple[str, str], dict[str, int]],
-        changes: list[SinkChange],
-        first_paused: dict[tuple[str, int], int],
-    ) -> list[_Item]:
-        """Write every table's compacted batch, each in its own Iceberg commit tagged with its
-        offsets, ``table_parallelism`` tables at a time; returns what was written, per table.
+    def _tasks(self) -> int:
+        if self.config.tasks is not None:
+            return self.config.tasks
+        cores = local_cores(self.config.spark_master)
+        return cores if cores is not None else max(1, self.spark.sparkContext.defaultParallelism)
 
-        Table DDL (create, add or widen columns) runs first, one table after the other: it is
-        rare after the first batch, and namespace creation is not safe to race. Then the MERGEs
-        and commits run from a thread pool, each thread's Spark jobs in a FAIR pool of its own,
-        so one table's planning and commit I/O overlap another's jobs. A table with an
-        incompatible schema change is paused, the others go on. Any other failure is raised
-        after every started table has finished (its commit either happened, recorded with its
-        offsets, or not): the Kafka offsets are then not committed, and a retry skips what the
-        committed tables already hold.
-        """
-        assert self.tables is not None
+    def _read(self, batch: _Batch, report: BatchReport) -> None:
+        """The read job: Spark tasks fetch and parse the ranges; the changes stay cached in the
+        executors, the per-table summaries come back."""
+        from pyspark import StorageLevel
+
+        assert self.partitions is not None
+        tasks = split_tasks(batch.ranges, self._tasks(), self.config.max_records_per_batch)
+        sc = self.spark.sparkContext
+        sc.setJobDescription(f"cdcnorm read: {len(batch.ranges)} ranges")
+        read = functools.partial(
+            read_partition,
+            conf=reader_conf(self.consumer_conf, self.bootstrap_servers, self.config.group_id),
+            registry=self.config.schema_registry,
+            # a range ends at its end or where a fetch returns nothing; this is only the
+            # bound on a broker that does not answer
+            stall_seconds=max(STALL_SECONDS, self.config.poll_timeout_seconds),
+        )
+        batch.rdd = sc.parallelize(tasks, len(tasks)).mapPartitions(read).persist(StorageLevel.MEMORY_AND_DISK)
+        tables, whole = _merged(batch.rdd.mapPartitions(summarize).collect())
+        self.partitions.advance(whole.reads)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("read: %s", ", ".join(
+                f"{r.topic}[{r.partition}] {r.start}->{r.next_offset} ({r.records}{'' if r.exhausted else ', more'})"
+                for r in whole.reads))
+        report.rows_read = sum(r.records for r in whole.reads)
+        ROWS_READ.inc(report.rows_read)
+        self.health.batch_started(report.rows_read)
+        if whole.bad_count:
+            BAD_RECORDS.inc(whole.bad_count)
+            for bad in whole.bad:
+                log.error("skipping a record that is not a canonical change: %s", bad.reason)
+            if whole.bad_count > len(whole.bad):
+                log.error("skipped %d more records that are not canonical changes", whole.bad_count - len(whole.bad))
+        for table, summary in tables.items():
+            if table in self._paused_tables:
+                for tp, (first, _) in summary.offsets.items():
+                    batch.paused_first[tp] = min(first, batch.paused_first.get(tp, first))
+            else:
+                batch.tables[table] = summary
+
+    def _write(self, batch: _Batch, report: BatchReport) -> None:
+        """Per table: offsets, owner, DDL, row delta or MERGE; the commits."""
         tables = self.tables
-        todo: list[_Item] = []
-        for table, batch in batches.items():
+        assert tables is not None
+        first_seen = [t for t in batch.tables if t not in self._known]
+        self._each_table(tables.applied_offsets, first_seen)  # a metadata read per table (on the pool)
+        todo: dict[Table, TableSummary] = {}
+        for table, summary in batch.tables.items():
+            applied = tables.applied_offsets(table)
+            if all(last < applied.get(f"{t}:{p}", 0) for (t, p), (_, last) in summary.offsets.items()):
+                report.skipped_applied += summary.changes  # all in the table already (a replay)
+            else:
+                todo[table] = summary
+        self._each_table(tables.check_owner, sorted(set(first_seen) | set(todo)))
+        self._known.update(first_seen)
+        started = time.monotonic()
+        deltas: dict[Table, TablePlan] = {}
+        merges: dict[Table, str] = {}
+        for table, summary in todo.items():
             try:
-                tables.ensure_table(batch)
+                tables.ensure_columns(table, tuple(summary.columns.values()), summary.key_columns)
             except IncompatibleSchemaError as exc:
-                self._pause(table, str(exc), changes, first_paused)
+                self._pause(table, str(exc), summary, batch)
                 continue
-            todo.append((table, batch, {**self._applied_for(table), **table_offsets[table]}))
+            reason = merge_reason(summary, tables.newest_sequences(table), tables.remembered_truncate(table),
+                                  self.config.upsert_mode)
+            if reason is None:
+                location, schema = tables.plan_of(table)
+                deltas[table] = TablePlan(table, tables.iceberg_name(table), location, schema,
+                                          tables.key_of(table), tables.applied_offsets(table))
+            else:
+                merges[table] = reason
+        files = self._write_files(batch, deltas)
+        for table, written in list(files.items()):
+            if written.fallback is not None:
+                merges[table] = f"a value a Parquet file cannot hold here ({written.fallback})"
+                del files[table]
+        for table, reason in merges.items():
+            log.info("table %s: MERGE (%s)", ".".join(table), reason)
+        written_merges = self._merge_tables(batch, merges, report)
+        outcomes = self._commit_files(batch, files, report) + written_merges
+        report.commit_seconds = time.monotonic() - started
+        failure = next((o for o in outcomes if isinstance(o, BaseException)), None)
+        if failure is not None:
+            raise failure
+
+    def _write_files(self, batch: _Batch, plans: dict[Table, TablePlan]) -> dict[Table, TableFiles]:
+        """The write job: per row-delta table, its compacted changes as Parquet files; and the
+        batch's deleted keys, committed to the memory table before any table's commit."""
+        assert self.tables is not None
+        if not plans:
+            return {}
+        n = min(self._tasks(), len(plans))
+        slots: dict[Table, int] = {}
+        loads = [0] * n
+        for table in sorted(plans, key=lambda t: -batch.tables[t].changes):  # largest first, lightest slot
+            lightest = loads.index(min(loads))
+            slots[table] = lightest
+            loads[lightest] += batch.tables[table].changes
+        sc = self.spark.sparkContext
+        sc.setJobDescription(f"cdcnorm write: {len(plans)} tables")
+        memory = self.tables.deleted_keys_plan() if any(batch.tables[t].changes for t in plans) else None
+        write = functools.partial(
+            write_tables, plans=plans, deleted_keys=memory, now=dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        )
+        results = (
+            batch.rdd.flatMap(functools.partial(route, slots)).partitionBy(n, slot).mapPartitions(write).collect()
+        )
+        self.tables.remember_deleted_keys([r for r in results if isinstance(r, DeletedKeysFile)])
+        return {r.table: r for r in results if isinstance(r, TableFiles)}
+
+    def _commit_files(self, batch: _Batch, files: dict[Table, TableFiles], report: BatchReport) -> list[Any]:
+        """Commit each row-delta table's files (on the table pool); returns the failures."""
+        tables = self.tables
+        assert tables is not None
+
+        def commit(table: Table) -> bool:
+            summary = batch.tables[table]
+            written = files[table]
+            done = tables.commit_files(table, written, self._offsets(table, summary), summary.newest)
+            crash_point("between-table-commits")
+            if done:
+                tables.maybe_maintain(table)
+            return done
+
+        failures: list[Any] = []
+        for table, outcome in self._in_pool(commit, sorted(files)):
+            if isinstance(outcome, BaseException):
+                failures.append(outcome)
+                continue
+            written = files[table]
+            report.skipped_applied += written.skipped_applied
+            if not outcome:
+                continue
+            TABLE_WRITES.labels("row-delta").inc()
+            report.row_deltas += 1
+            self._account(report, table, batch.tables[table], {
+                "upserts": written.upserts, "deletes": written.deleted, "appends": written.appends, "truncates": 0,
+            })
+        tables.maybe_maintain_deleted_keys()
+        return failures
+
+    def _offsets(self, table: Table, summary: TableSummary) -> dict[str, int]:
+        """The offsets a table's commit records: what it held, and past this batch's changes."""
+        assert self.tables is not None
+        offsets = dict(self.tables.applied_offsets(table))
+        for (topic, partition), (_, last) in summary.offsets.items():
+            key = f"{topic}:{partition}"
+            offsets[key] = max(offsets.get(key, 0), last + 1)
+        return offsets
+
+    def _merge_tables(self, batch: _Batch, merges: dict[Table, str], report: BatchReport) -> list[Any]:
+        """The MERGE tables: their changes collected to the driver, compacted, merged (on the
+        table pool); returns the failures."""
+        tables = self.tables
+        assert tables is not None
+        if not merges:
+            return []
+        self.spark.sparkContext.setJobDescription(f"cdcnorm collect: {len(merges)} tables to MERGE")
+        changes: list[SinkChange] = batch.rdd.filter(functools.partial(of_tables, frozenset(merges))).collect()
+        fresh: list[SinkChange] = []
+        for ch in changes:
+            if ch.offset < tables.applied_offsets(ch.table).get(f"{ch.topic}:{ch.partition}", 0):
+                report.skipped_applied += 1
+            else:
+                fresh.append(ch)
+        todo = [(t, b, self._offsets(t, batch.tables[t])) for t, b in compact(fresh).items()]
 
         def write(item: _Item) -> dict[str, int]:
-            table, batch, offsets = item
-            counts = tables.write_batch(batch, offsets)
+            table, tbatch, offsets = item
+            counts = tables.write_batch(tbatch, offsets)
             crash_point("between-table-commits")
             tables.maybe_maintain(table)
             return counts
 
-        outcomes: list[tuple[_Item, dict[str, int] | BaseException]]
-        if self.config.table_parallelism > 1 and len(todo) > 1:
-            outcomes = self._in_pool(write, todo)
-        else:
-            outcomes = []
-            for item in todo:
-                try:
-                    outcomes.append((item, write(item)))
-                except Exception as exc:
-                    outcomes.append((item, exc))
-                    if not isinstance(exc, IncompatibleSchemaError):
-                        break
-        written: list[_Item] = []
-        failure: BaseException | None = None
-        for (table, batch, offsets), outcome in outcomes:
+        failures: list[Any] = []
+        for (table, _, _), outcome in self._in_pool(write, todo):
             if isinstance(outcome, IncompatibleSchemaError):
-                self._pause(table, str(outcome), changes, first_paused)
+                self._pause(table, str(outcome), batch.tables[table], batch)
             elif isinstance(outcome, BaseException):
-                failure = failure or outcome
+                failures.append(outcome)
             else:
-                self._applied[table] = offsets
-                written.append((table, batch, outcome))
-        if failure is not None:
-            raise failure
-        return written
+                TABLE_WRITES.labels("merge").inc()
+                report.merges += 1
+                self._account(report, table, batch.tables[table], outcome)
+        return failures
+
+    def _account(self, report: BatchReport, table: Table, summary: TableSummary, counts: dict[str, int]) -> None:
+        name = ".".join(table)
+        report.tables.append(name)
+        report.changes += summary.changes
+        report.upserts += counts["upserts"]
+        report.deletes += counts["deletes"]
+        report.appends += counts["appends"]
+        report.truncates += counts["truncates"]
+        UPSERTS.labels(name).inc(counts["upserts"])
+        DELETES.labels(name).inc(counts["deletes"])
+        if summary.newest_ts_ms and (report.newest_ts_ms is None or summary.newest_ts_ms > report.newest_ts_ms):
+            report.newest_ts_ms = summary.newest_ts_ms
 
     def _each_table(self, work: Callable[[_T], object], items: list[_T]) -> None:
         """``work`` for each of ``items`` (tables), on the table pool when ``table_parallelism``
         allows, else one after the other; raises the first failure once all have finished."""
-        if self.config.table_parallelism > 1 and len(items) > 1:
-            for _, outcome in self._in_pool(work, items):
-                if isinstance(outcome, BaseException):
-                    raise outcome
-            return
-        for item in items:
-            work(item)
+        for _, outcome in self._in_pool(work, items):
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     def _in_pool(self, work: Callable[[_T], _R], items: list[_T]) -> list[tuple[_T, _R | BaseException]]:
-        """``work`` over ``items`` on the table pool (created on first use), waiting for all."""
+        """``work`` over ``items``, on the table pool (created on first use) when
+        ``table_parallelism`` allows, waiting for all; each item's result or exception."""
+        if self.config.table_parallelism <= 1 or len(items) <= 1:
+            out: list[tuple[_T, _R | BaseException]] = []
+            for item in items:
+                try:
+                    out.append((item, work(item)))
+                except Exception as exc:
+                    out.append((item, exc))
+            return out
         if self._pool is None:
             spark = self.spark
             slots = itertools.count()
 
             def name_pool() -> None:
-                # a FAIR pool per thread (created on first use, weight 1): tables share the executors
+                # a FAIR pool per thread (created on first use, weight 1): tables share the
+                # executors; and the session active in the thread (Spark reads catalog settings
+                # from the calling thread's active session)
                 if spark is not None:
                     spark.sparkContext.setLocalProperty("spark.scheduler.pool", f"cdcnorm-table-{next(slots)}")
+                    spark.sparkContext._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
 
             self._pool = ThreadPoolExecutor(
                 self.config.table_parallelism, thread_name_prefix="cdcnorm-table", initializer=name_pool
             )
         futures = [(item, self._pool.submit(work, item)) for item in items]
-        out: list[tuple[_T, _R | BaseException]] = []
+        results: list[tuple[_T, _R | BaseException]] = []
         for item, future in futures:
             try:
-                out.append((item, future.result()))
+                results.append((item, future.result()))
             except BaseException as exc:
-                out.append((item, exc))
-        return out
+                results.append((item, exc))
+        return results
 
     # -- lag ----------------------------------------------------------------------------------
 
-    def _measure_lag(self) -> int | None:
-        """Per assigned partition, the high watermark (as the client last saw it: no request)
-        minus the consumer's position, into ``cdcnorm_sink_lag``; returns the sum over the
-        partitions that are not paused, or ``None`` when no partition's lag is known.
-
-        A partition the sink has not read from in this process has no position yet: its
-        committed offset (else its low watermark) stands in, asked once per assignment.
-        Best effort: a broker with wrong high watermarks (Tansu) makes this wrong; it decides
-        nothing but the metric and the liveness probe.
-        """
-        from confluent_kafka import KafkaException, TopicPartition
-
-        try:
-            assigned = [(tp.topic, tp.partition) for tp in self.consumer.assignment()]
-            positions = {
-                (tp.topic, tp.partition): tp.offset
-                for tp in self.consumer.position([TopicPartition(t, p) for t, p in assigned])
-            }
-        except KafkaException as exc:
-            log.debug("lag unknown: %s", exc)
-            return None
+    def _observe_lag(self) -> int | None:
+        """Per assigned partition, the high watermark of the last plan minus what was read, into
+        ``cdcnorm_sink_lag``; returns the sum over the partitions that are not paused, or
+        ``None`` when no partition's lag is known. Only as right as the broker's watermarks (the
+        local Tansu broker's are wrong); it decides nothing but the metric and the probe."""
+        assert self.partitions is not None
+        lags = self.partitions.lag()
         total: int | None = None
-        for tp in assigned:
-            position = positions.get(tp, -1)
-            if position < 0:
-                position = self._start_position(tp)
-            try:
-                _, high = self.consumer.get_watermark_offsets(TopicPartition(*tp), cached=True)
-            except KafkaException:
-                high = -1
-            if position is None or position < 0 or high < 0:
-                continue
-            lag = max(0, high - position)
+        for tp, lag in lags.items():
             LAG.labels(tp[0], str(tp[1])).set(lag)
             self._lag_labels.add(tp)
-            if tp not in self._paused_tps:
+            if tp not in self.partitions.paused:
                 total = (total or 0) + lag
-        for gone in self._lag_labels - set(assigned):
+        for gone in self._lag_labels - set(lags):
             LAG.remove(gone[0], str(gone[1]))
             self._lag_labels.discard(gone)
-        self._start_positions = {tp: v for tp, v in self._start_positions.items() if tp in assigned}
         return total
 
-    def _start_position(self, tp: tuple[str, int]) -> int | None:
-        if tp in self._start_positions:
-            return self._start_positions[tp]
-        from confluent_kafka import KafkaException, TopicPartition
-
-        start: int | None = None
-        try:
-            (committed,) = self.consumer.committed([TopicPartition(*tp)], timeout=2.0)
-            start = committed.offset if committed.offset >= 0 else None
-            if start is None:
-                start, _ = self.consumer.get_watermark_offsets(TopicPartition(*tp), timeout=2.0)
-        except KafkaException as exc:
-            log.debug("no start position for %s[%d]: %s", tp[0], tp[1], exc)
-        self._start_positions[tp] = start
-        return start
-
-    def _pause(
-        self,
-        table: tuple[str, str],
-        reason: str,
-        changes: list[SinkChange],
-        first_paused: dict[tuple[str, int], int],
-    ) -> None:
+    def _pause(self, table: Table, reason: str, summary: TableSummary, batch: _Batch) -> None:
         log.error("pausing table %s: %s (other tables go on)", ".".join(table), reason)
         self._paused_tables[table] = reason
         PAUSED.set(len(self._paused_tables))
-        for ch in changes:
-            if ch.table == table:
-                tp = (ch.topic, ch.partition)
-                first_paused[tp] = min(first_paused.get(tp, ch.offset), ch.offset)
+        for tp, (first, _) in summary.offsets.items():
+            batch.paused_first[tp] = min(first, batch.paused_first.get(tp, first))
 
-    def _commit(self, partitions: set[tuple[str, int]], first_paused: dict[tuple[str, int], int]) -> None:
-        """Commit ``partitions``' offsets: each up to what the sink has read of it, but not past
-        its first held change (``commit_interval_seconds``) or the first change of a paused table."""
-        from confluent_kafka import TopicPartition
-
-        held = self._held.first_offsets()
-        commits = []
-        to_pause = []
-        for tp in sorted(partitions):
-            offset = self._read_to.get(tp)
+    def _commit(self, batch: _Batch) -> None:
+        """Commit the offsets of the partitions read: each up to what was read of it, but not past
+        the first change of a paused table (and those partitions are not read any more)."""
+        assert self.partitions is not None
+        offsets: dict[TopicPartition, int] = {}
+        for r in batch.ranges:
+            offset = self.partitions.positions.get(r.tp)
             if offset is None:
-                continue
-            if tp in held:
-                offset = min(offset, held[tp])
-            if tp in first_paused:
-                offset = min(offset, first_paused[tp])
-                if tp not in self._paused_tps:
-                    to_pause.append(TopicPartition(tp[0], tp[1]))
-                    self._paused_tps.add(tp)
-            commits.append(TopicPartition(tp[0], tp[1], offset))
-        if commits:
-            self.consumer.commit(offsets=commits, asynchronous=False)
-        if to_pause:
-            self.consumer.pause(to_pause)
+                continue  # revoked meanwhile: its new owner starts from the committed offset
+            if r.tp in batch.paused_first:
+                offset = min(offset, batch.paused_first[r.tp])
+                self.partitions.positions[r.tp] = offset
+                self.partitions.paused.add(r.tp)
+            offsets[r.tp] = offset
+        self.partitions.commit(offsets)

@@ -46,11 +46,22 @@ from transforms.values import (
     parse_datetime,
 )
 
-__all__ = ["SinkColumn", "columns_from_schema", "spark_type", "widening"]
+__all__ = ["ColumnSpec", "SinkColumn", "columns_from_schema", "spark_type", "widening"]
 
 MAX_PRECISION = 38
 
 Decoder = Callable[[Any], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnSpec:
+    """One table column as a change carries it: name, Spark SQL type and nullability. Plain
+    data (no decoder), so a change pickles: it travels from the Spark tasks that read and parse
+    records to the ones that write files, and to the driver."""
+
+    name: str
+    sql_type: str
+    optional: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +72,10 @@ class SinkColumn:
     sql_type: str
     optional: bool
     decode: Decoder
+
+    @property
+    def spec(self) -> ColumnSpec:
+        return ColumnSpec(self.name, self.sql_type, self.optional)
 
 
 def _b64(value: Any) -> bytes:

@@ -408,13 +408,14 @@ def sink_batches(log: Path) -> list[tuple[int, int, int, int]]:
 def warehouse_files(warehouse: Path) -> dict[str, tuple[int, int]]:
     """Per ``namespace.table`` of a hadoop-catalog warehouse: (metadata versions, data and
     delete files) on disk, committed or not (a kill mid-commit leaves uncommitted files). The
-    side tables of deleted keys (``<table>__cdc_deleted_keys``) are left out: their files are
-    written before the table's MERGE starts."""
-    from sink.iceberg import DELETED_KEYS_SUFFIX
+    table of deleted keys (``sink.deleted_keys_table``) is left out: its files are written
+    before the tables' commits."""
+    from sink.config import SinkConfig
 
+    memory = SinkConfig.model_fields["deleted_keys_table"].default
     out: dict[str, tuple[int, int]] = {}
     for meta in sorted(warehouse.glob("*/*/metadata")):
-        if meta.parent.name.endswith(DELETED_KEYS_SUFFIX):
+        if f"{meta.parent.parent.name}.{meta.parent.name}" == memory:
             continue
         name = f"{meta.parent.parent.name}.{meta.parent.name}"
         versions = len(list(meta.glob("v*.metadata.json")))

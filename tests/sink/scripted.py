@@ -1,113 +1,72 @@
 """Scripted micro-batches for sink tests: the runner in this process on one local Spark session,
-fed batch by batch from a :class:`tests.sink.history.History` through a stand-in consumer
-(:class:`BatchConsumer`), so the batch boundaries are exactly the history's, and the Kafka
-offsets the sink commits are recorded."""
+against a real Tansu broker (one per test), fed batch by batch from a
+:class:`tests.sink.history.History`: each batch's records are produced, then one micro-batch
+reads them all, so the batch boundaries are exactly the history's. The group's committed offsets
+are read back from the broker."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import sink.iceberg as ice
+from service.local import LocalProcess, create_topics, start_tansu
 from sink.config import SinkConfig
 from sink.runner import MicroBatchSink
 from tests.sink.history import History
 from transforms.envelope import EmitOptions, emit
 
 TOPIC = "cdcnorm.shop.orders"
+TOPICS = ("cdcnorm.shop.orders", "cdcnorm.shop.events", "cdcnorm.shop.users")
 
 
-@dataclass
-class Record:
-    topic_: str
-    partition_: int
-    offset_: int
-    key_: bytes | None
-    value_: bytes | None
+class ScriptedBroker:
+    """A Tansu broker whose topics receive a history's batches on demand (one partition each)."""
 
-    def topic(self) -> str:
-        return self.topic_
+    def __init__(self, broker: LocalProcess) -> None:
+        from confluent_kafka import Producer
 
-    def partition(self) -> int:
-        return self.partition_
-
-    def offset(self) -> int:
-        return self.offset_
-
-    def key(self) -> bytes | None:
-        return self.key_
-
-    def value(self) -> bytes | None:
-        return self.value_
-
-    def error(self) -> None:
-        return None
-
-
-class BatchConsumer:
-    """Hands out one scripted batch per poll window (then nothing), one partition per topic;
-    remembers the committed offsets."""
-
-    def __init__(self) -> None:
-        self.pending: list[Record] = []
-        self.commits: dict[tuple[str, int], int] = {}
+        self.broker = broker
+        self.address = broker.address
+        create_topics(self.address, TOPICS, partitions=1)
+        self.producer = Producer({"bootstrap.servers": self.address, "linger.ms": 1})
         self.ends: dict[tuple[str, int], int] = {}
-        self.log: list[Record] = []  # every record fed, in order
+        self.sinks: list[MicroBatchSink] = []  # closed with the broker
 
-    def feed(self, history: History, batch: int) -> None:
-        for rec in emit(history.batches[batch], EmitOptions(prefix="cdcnorm")):
-            offset = self.ends.get((rec.topic, 0), 0)
-            record = Record(rec.topic, 0, offset, rec.key_bytes(), rec.value_bytes())
-            self.pending.append(record)
-            self.log.append(record)
-            self.ends[(rec.topic, 0)] = offset + 1
+    def feed(self, history: History, batch: int) -> int:
+        """Produce the records of ``history.batches[batch]``; returns how many."""
+        records = emit(history.batches[batch], EmitOptions(prefix="cdcnorm"))
+        for rec in records:
+            self.producer.produce(rec.topic, key=rec.key_bytes(), value=rec.value_bytes(), partition=0)
+            self.ends[(rec.topic, 0)] = self.ends.get((rec.topic, 0), 0) + 1
+        assert self.producer.flush(10) == 0
+        return len(records)
 
-    def restart(self) -> BatchConsumer:
-        """The consumer of a new process in the same group: it reads again from the committed offsets."""
-        new = BatchConsumer()
-        new.commits, new.ends, new.log = dict(self.commits), dict(self.ends), list(self.log)
-        new.pending = [r for r in self.log if r.offset_ >= self.commits.get((r.topic_, r.partition_), 0)]
-        return new
+    def commits(self, group: str) -> dict[tuple[str, int], int]:
+        """The group's committed offsets of the partitions that have records (an empty
+        partition's committed 0, or none, is left out)."""
+        from confluent_kafka import Consumer, TopicPartition
 
-    def consume(self, num_messages: int, timeout: float) -> list[Record]:
-        out, self.pending = self.pending[:num_messages], self.pending[num_messages:]
-        return out
-
-    def commit(self, offsets: list[Any], asynchronous: bool = False) -> None:
-        for tp in offsets:
-            self.commits[(tp.topic, tp.partition)] = tp.offset
-
-    def assignment(self) -> list[Any]:
-        from confluent_kafka import TopicPartition
-
-        return [TopicPartition(t, p) for t, p in self.ends]
-
-    def position(self, partitions: list[Any]) -> list[Any]:
-        from confluent_kafka import TopicPartition
-
-        return [TopicPartition(p.topic, p.partition, self.commits.get((p.topic, p.partition), -1001)) for p in partitions]
-
-    def committed(self, partitions: list[Any], timeout: float | None = None) -> list[Any]:
-        return self.position(partitions)
-
-    def get_watermark_offsets(self, partition: Any, timeout: float | None = None, cached: bool = False) -> tuple[int, int]:
-        return 0, self.ends.get((partition.topic, partition.partition), 0)
-
-    def pause(self, partitions: list[Any]) -> None:
-        pass
+        consumer = Consumer({"bootstrap.servers": self.address, "group.id": group})
+        try:
+            got = consumer.committed([TopicPartition(t, 0) for t in TOPICS], timeout=10)
+        finally:
+            consumer.close()
+        return {(tp.topic, tp.partition): tp.offset for tp in got if tp.offset > 0}
 
 
 def scripted_config(warehouse: Path, **sink: Any) -> SinkConfig:
     return SinkConfig.from_section({
-        "topics": [TOPIC],
+        "topics": list(TOPICS),
         "trigger_interval_seconds": 0.2,
-        "poll_timeout_seconds": 0.1,
+        "poll_timeout_seconds": 0.5,
         "catalog": {"name": "dk", "warehouse": str(warehouse)},
         "maintenance": {"enabled": False},
+        "group_id": f"scripted-{sink.get('namespace', 'sink')}",
         **sink,
     })
 
@@ -121,10 +80,39 @@ def scripted_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         session.stop()
 
 
-def scripted_sink(spark: Any, config: SinkConfig) -> tuple[MicroBatchSink, BatchConsumer]:
-    sink = MicroBatchSink(config, "unused:9092", report=lambda r: print(r.line()))
+@pytest.fixture(name="broker")
+def scripted_broker(tmp_path: Path) -> Iterator[ScriptedBroker]:
+    proc = start_tansu(log_dir=tmp_path)
+    broker = ScriptedBroker(proc)
+    try:
+        yield broker
+    finally:
+        for sink in broker.sinks:
+            sink.close()
+        proc.stop()
+
+
+def scripted_sink(spark: Any, config: SinkConfig, broker: ScriptedBroker) -> MicroBatchSink:
+    """A sink of ``config`` on the shared Spark session, its consumer joined to the group."""
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient
+
+    from sink.plan import Partitions
+
+    sink = MicroBatchSink(config, broker.address, report=lambda r: print(r.line()))
     sink.spark = spark
     sink.tables = ice.IcebergTables(spark, config)
-    consumer = BatchConsumer()
-    sink.consumer = consumer
-    return sink, consumer
+    sink.partitions = Partitions(
+        Consumer({"bootstrap.servers": broker.address, "group.id": config.group_id, "enable.auto.commit": False,
+                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "auto.offset.reset": "earliest"}),
+        AdminClient({"bootstrap.servers": broker.address}),
+    )
+    sink.partitions.subscribe(list(config.topics))
+    deadline = time.monotonic() + 30
+    while not sink.partitions.assigned() and time.monotonic() < deadline:
+        sink.partitions.poll()
+        time.sleep(0.05)
+    sink.partitions.poll()
+    broker.sinks.append(sink)
+    assert sink.partitions.assigned(), "the scripted sink did not join its group"
+    return sink

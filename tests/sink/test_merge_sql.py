@@ -41,7 +41,8 @@ def _merge(changes: list[SinkChange], monkeypatch: pytest.MonkeyPatch) -> tuple[
     tables = ice.IcebergTables(spark, SinkConfig.from_section({"topics": ["t"]}))  # type: ignore[arg-type]
     calls: list[bool] = []  # with_unavailable of each frame built
 
-    def frame(state: Any, batch: list[SinkChange], with_unavailable: bool) -> FakeFrame:
+    def frame(state: Any, batch: list[SinkChange], with_unavailable: bool, with_key: bool = False) -> FakeFrame:
+        assert not with_key  # no deleted keys consulted
         calls.append(with_unavailable)
         return FakeFrame()
 
@@ -86,19 +87,21 @@ def _merge_with_deleted_keys(changes: list[SinkChange], monkeypatch: pytest.Monk
     spark = FakeSpark()
     spark.sql = lambda statement: spark.statements.append(statement) or FakeFrame()  # type: ignore[method-assign]
     tables = ice.IcebergTables(spark, SinkConfig.from_section({"topics": ["t"]}))  # type: ignore[arg-type]
-    monkeypatch.setattr(tables, "_frame", lambda *_, **__: FakeFrame())
-    tables._merge("`lake`.`db`.`t`", ice._TableState(dict(COLUMNS), ("id",)), changes, {},
-                  deleted_keys="`lake`.`db`.`t__cdc_deleted_keys`")
+    frames: list[dict[str, Any]] = []
+    monkeypatch.setattr(tables, "_frame", lambda *_, **kw: frames.append(kw) or FakeFrame())
+    tables._merge("`lake`.`db`.`t`", ice._TableState(dict(COLUMNS), ("id",)), changes, {}, deleted_keys="db.t")
+    assert frames == [{"with_unavailable": False, "with_key": True}]  # the source carries the key as text
     return spark.statements
 
 
 def test_remembered_deletes_filter_the_merge_source(monkeypatch: pytest.MonkeyPatch) -> None:
     """A change that is not a delete and not newer than a remembered delete of its key leaves the
-    source before the MERGE; the side table is cut down to the batch's keys first."""
+    source before the MERGE; the memory is cut down to the table and the batch's keys first."""
     live, merge = _merge_with_deleted_keys([_change(1), _change(2, "d")], monkeypatch)
-    assert "`lake`.`db`.`t__cdc_deleted_keys` m LEFT SEMI JOIN b ON m.`id` = b.`id`" in live
+    assert "`lake`.`cdcnorm`.`deleted_keys` m LEFT SEMI JOIN b ON m.`__cdc_key` = b.`__cdc_key`" in live
+    assert "WHERE m.`__cdc_table` = 'db.t'" in live
     assert "/*+ BROADCAST(b) */" in live
-    assert ("LEFT ANTI JOIN d ON s.`id` = d.`id` AND s.`__cdc_op` <> 'd' "
+    assert ("LEFT ANTI JOIN d ON s.`__cdc_key` = d.`__cdc_key` AND s.`__cdc_op` <> 'd' "
             "AND d.`__cdc_deleted_seq` >= s.`__cdc_seq`") in live
     view = live.split(" FROM ", 1)[1].split()[0]
     assert f"USING {view}_live s" in merge
@@ -109,34 +112,28 @@ def test_a_batch_of_deletes_only_needs_no_lookup(monkeypatch: pytest.MonkeyPatch
     assert merge.startswith("MERGE INTO") and "_live" not in merge
 
 
-def test_the_deleted_keys_side_table_is_named_after_its_table() -> None:
+def test_one_table_remembers_the_deleted_keys_of_every_table() -> None:
     tables = ice.IcebergTables(FakeSpark(), SinkConfig.from_section({"topics": ["t"]}))  # type: ignore[arg-type]
-    assert tables.deleted_keys_id(("shop", "orders")) == "`lake`.`shop`.`orders__cdc_deleted_keys`"
+    assert tables.deleted_keys_id() == "`lake`.`cdcnorm`.`deleted_keys`"
+    assert tables.iceberg_name(("shop", "orders")) == "shop.orders"
+    named = SinkConfig.from_section({"topics": ["t"], "deleted_keys_table": "meta.gone", "namespace": "lakehouse"})
+    tables = ice.IcebergTables(FakeSpark(), named)  # type: ignore[arg-type]
+    assert tables.deleted_keys_id() == "`lake`.`meta`.`gone`"
+    assert tables.iceberg_name(("shop", "orders")) == "lakehouse.orders"
 
 
-class Rows:
-    def __init__(self, rows: list[dict[str, Any]]) -> None:
-        self.rows = rows
-
-    def collect(self) -> list[dict[str, Any]]:
-        return self.rows
-
-
-def test_the_side_table_is_consulted_only_for_changes_a_remembered_delete_can_supersede(
+def test_the_memory_is_consulted_only_for_changes_a_remembered_delete_can_supersede(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """In an ordered stream every change is newer than every earlier delete: the MERGE then has
-    no anti-join against the deleted keys. The newest remembered sequence is read once."""
-    spark = FakeSpark()
-    queries: list[str] = []
-    spark.sql = lambda q: queries.append(q) or Rows([{"newest": "s0005"}])  # type: ignore[method-assign,assignment]
-    tables = ice.IcebergTables(spark, SinkConfig.from_section({"topics": ["t"]}))  # type: ignore[arg-type]
-    monkeypatch.setattr(tables, "_consults_deleted_keys", lambda *_: True)
-    state = ice._TableState(dict(COLUMNS), ("id",))
-    table = ("db", "t")
-    assert not tables._may_be_superseded(table, state, [_change(6), _change(7)])
-    assert tables._may_be_superseded(table, state, [_change(5), _change(9)])  # seq 5: deleted at 5 is not older
-    assert not tables._may_be_superseded(table, state, [_change(2, "d")])  # deletes only
-    assert len(queries) == 1 and "max(`__cdc_seq`)" in queries[0]
-    state.newest_delete = None  # nothing remembered
-    assert not tables._may_be_superseded(table, state, [_change(1)])
+    """In an ordered stream every change is newer than the table's newest sequence (which counts
+    its deletes): the MERGE then has no anti-join against the deleted keys."""
+    tables = ice.IcebergTables(FakeSpark(), SinkConfig.from_section({"topics": ["t"]}))  # type: ignore[arg-type]
+    monkeypatch.setattr(tables, "_deleted_keys_exist", lambda: True)
+    state = ice._TableState(dict(COLUMNS), ("id",), newest={"s": "s0005"})
+    assert not tables._may_be_superseded(state, [_change(6), _change(7)])
+    assert tables._may_be_superseded(state, [_change(5), _change(9)])  # seq 5: deleted at 5 is not older
+    assert not tables._may_be_superseded(state, [_change(2, "d")])  # deletes only
+    state.newest = {}  # nothing given to the table yet
+    assert not tables._may_be_superseded(state, [_change(1)])
+    monkeypatch.setattr(tables, "_deleted_keys_exist", lambda: False)  # no memory (retention 0, or no delete yet)
+    assert not tables._may_be_superseded(ice._TableState(dict(COLUMNS), ("id",), newest={"s": "s0009"}), [_change(1)])

@@ -1,18 +1,21 @@
-"""The micro-batch loop without a broker or Spark: poll windows on a fake clock, run totals."""
+"""The micro-batch loop without a broker or Spark: the trigger on a fake clock, run totals,
+how each table is written (row delta or MERGE), and the table pool."""
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 import sink.runner as runner
 from sink.changes import TableBatch
-from sink.config import SinkConfig
+from sink.config import SinkConfig, UpsertMode
 from sink.iceberg import IncompatibleSchemaError
-from sink.runner import BatchReport, MicroBatchSink
+from sink.runner import BatchReport, MicroBatchSink, _Batch, merge_reason
+from sink.source import Range
+from sink.tasks import TableFiles, TableSummary
 
 INTERVAL = 5.0
 POLL_TIMEOUT = 1.0
@@ -25,32 +28,37 @@ class FakeClock:
     def monotonic(self) -> float:
         return self.now
 
+    def time(self) -> float:
+        return 1_800_000_000.0 + self.now
 
-@dataclass
-class FakeMessage:
-    arrived: float
-
-    def error(self) -> None:
-        return None
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
 
 
-class FakeConsumer:
-    """Records that arrive at given times; ``consume`` blocks like librdkafka's batch consume:
-    until ``num_messages`` have arrived or the timeout has passed."""
+class FakePartitions:
+    """Plans a range whenever records are waiting (``arrivals`` at or before now); a batch takes
+    ``batch_seconds`` of the fake clock."""
 
     def __init__(self, clock: FakeClock, arrivals: list[float]) -> None:
         self.clock = clock
         self.pending = sorted(arrivals)
+        self.paused: set[tuple[str, int]] = set()
+        self.positions: dict[tuple[str, int], int] = {("t", 0): 0}
+        self.plans: list[float] = []  # when each plan was made
 
-    def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
-        until = self.clock.now + timeout
-        ready = [t for t in self.pending if t <= until][:num_messages]
-        if len(ready) == num_messages and ready:
-            self.clock.now = max(self.clock.now, ready[-1])
-        else:
-            self.clock.now = until
-        del self.pending[: len(ready)]
-        return [FakeMessage(t) for t in ready]
+    def poll(self) -> None:
+        pass
+
+    def plan(self) -> list[Range]:
+        self.plans.append(self.clock.now)
+        ready = [t for t in self.pending if t <= self.clock.now]
+        return [Range("t", 0, 0, len(ready))] if ready else []
+
+    def lag(self) -> dict[tuple[str, int], int]:
+        return {}
+
+    def commit(self, offsets: dict[tuple[str, int], int]) -> None:
+        pass
 
 
 @pytest.fixture
@@ -60,56 +68,69 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     return fake
 
 
-def _sink(clock: FakeClock, arrivals: list[float], max_records: int = 200_000) -> MicroBatchSink:
+def _sink(clock: FakeClock, arrivals: list[float], batch_seconds: float = 0.0) -> MicroBatchSink:
     config = SinkConfig.from_section({
         "topics": ["t"],
         "trigger_interval_seconds": INTERVAL,
         "poll_timeout_seconds": POLL_TIMEOUT,
-        "max_records_per_batch": max_records,
     })
     sink = MicroBatchSink(config, "unused:9092")
-    sink.consumer = FakeConsumer(clock, arrivals)
+    partitions = FakePartitions(clock, arrivals)
+    sink.partitions = partitions  # type: ignore[assignment]
+    sink.tables = object()  # type: ignore[assignment]
+
+    def read(batch: _Batch, report: BatchReport) -> None:
+        taken = [t for t in partitions.pending if t <= clock.now]
+        del partitions.pending[: len(taken)]
+        report.rows_read = len(taken)
+
+    def write(batch: _Batch, report: BatchReport) -> None:
+        clock.now += batch_seconds
+
+    sink._read = read  # type: ignore[method-assign]
+    sink._write = write  # type: ignore[method-assign]
     return sink
 
 
 def _steady(until: float, every: float = 0.25) -> list[float]:
-    return [i * every for i in range(1, int(until / every) + 1)]
+    return [i * every for i in range(int(until / every) + 1)]
 
 
-def test_next_window_ends_one_interval_after_the_previous_poll(clock: FakeClock) -> None:
-    sink = _sink(clock, _steady(30))
-    first = sink._poll()
-    assert clock.now == INTERVAL and max(m.arrived for m in first) <= INTERVAL
-    clock.now += 3.0  # the commit
-    second = sink._poll()
-    # not commit end + interval (13 s): records wait about one interval, not interval + commit
-    assert clock.now == 2 * INTERVAL
-    assert [m.arrived for m in second] == [t for t in _steady(30) if INTERVAL < t <= 2 * INTERVAL]
+def test_batches_start_one_interval_apart_like_a_processing_time_trigger(clock: FakeClock) -> None:
+    """A batch starts one interval after the previous one started, not after it ended: records
+    wait about one interval, not interval + commit."""
+    sink = _sink(clock, _steady(60), batch_seconds=3.0)
+    for _ in range(4):
+        sink.run_batch()
+    assert sink.partitions.plans == [0.0, INTERVAL, 2 * INTERVAL, 3 * INTERVAL]  # type: ignore[union-attr]
 
 
-def test_overdue_window_takes_what_arrived_without_waiting(clock: FakeClock) -> None:
-    sink = _sink(clock, _steady(30))
-    sink._poll()
-    clock.now += 7.0  # a commit slower than the interval
-    late = sink._poll()
-    assert clock.now == 12.0
-    assert [m.arrived for m in late] == [t for t in _steady(30) if INTERVAL < t <= 12.0]
-    sink._poll()  # and the window after it ends one interval later
-    assert clock.now == 17.0
+def test_a_batch_slower_than_the_interval_is_followed_at_once(clock: FakeClock) -> None:
+    sink = _sink(clock, _steady(60), batch_seconds=7.0)
+    reads = [sink.run_batch().rows_read for _ in range(3)]
+    assert sink.partitions.plans == [0.0, 7.0, 14.0]  # type: ignore[union-attr]
+    assert reads[1] == len([t for t in _steady(60) if 0 < t <= 7.0])
 
 
-def test_overdue_window_with_nothing_fetched_waits_one_poll_timeout(clock: FakeClock) -> None:
+class Anything:
+    """Any attribute, any call: a Spark session whose calls the test does not look at."""
+
+    def __getattr__(self, name: str) -> Anything:
+        return self
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Anything:
+        return self
+
+
+def test_an_idle_sink_looks_again_after_a_poll_timeout_not_an_interval(clock: FakeClock) -> None:
+    """Nothing to read: the next look is one poll timeout later, so a record arriving into an
+    idle sink starts a batch within about a poll timeout."""
     sink = _sink(clock, [12.5])
-    assert sink._poll() == []
-    clock.now = 12.0
-    assert [m.arrived for m in sink._poll()] == [12.5]
-    assert clock.now == 12.0 + POLL_TIMEOUT
-
-
-def test_full_batch_ends_the_window_early(clock: FakeClock) -> None:
-    sink = _sink(clock, _steady(30, every=0.01), max_records=100)
-    assert len(sink._poll()) == 100
-    assert clock.now == pytest.approx(1.0)
+    reports = [sink.run_batch() for _ in range(15)]
+    plans = sink.partitions.plans  # type: ignore[union-attr]
+    assert plans[:3] == [0.0, POLL_TIMEOUT, 2 * POLL_TIMEOUT]
+    first = next(i for i, r in enumerate(reports) if r.rows_read)
+    assert plans[first] == 13.0
 
 
 def test_run_keeps_totals_and_a_bounded_number_of_reports(clock: FakeClock) -> None:
@@ -128,12 +149,55 @@ def test_run_keeps_totals_and_a_bounded_number_of_reports(clock: FakeClock) -> N
 
 
 
-# -- the tables of a batch, written from the table pool (sink.table_parallelism) -----------------
+# -- how each table is written -------------------------------------------------------------------
+
+
+def _summary(**kw: Any) -> TableSummary:
+    return TableSummary(("db", "t"), **kw)
+
+
+ROW_DELTA = UpsertMode.ROW_DELTA
+
+
+def test_a_batch_newer_than_its_table_is_a_row_delta() -> None:
+    assert merge_reason(_summary(oldest={"s": "s0005"}), {"s": "s0004"}, None, ROW_DELTA) is None
+    assert merge_reason(_summary(oldest={"s": "s0005"}), {}, None, ROW_DELTA) is None  # a new table
+
+
+@pytest.mark.parametrize(("summary", "newest", "truncate", "why"), [
+    (_summary(oldest={"s": "s0005"}), {"s": "s0005"}, None, "late or replayed"),
+    (_summary(oldest={"s": "s0005"}, truncate_seq="s0006"), {}, None, "a truncate"),
+    (_summary(oldest={"s": "s0005"}, partial=True), {}, None, "without some columns"),
+    (_summary(oldest={"s": "s0005"}), {"s": "s0002"}, "s0007", "older than the table's last truncate"),
+    # positions order only within their partition, and never past a source sequence
+    (_summary(oldest={"k0001": "k0001:00000000000000000003"}), {"k0001": "k0001:00000000000000000003"}, None,
+     "late or replayed"),
+    (_summary(oldest={"k0001": "k0001:00000000000000000003"}), {"s": "s0001"}, None, "without a source sequence"),
+])
+def test_late_partial_and_truncating_batches_take_a_merge(summary: TableSummary, newest: dict[str, str],
+                                                          truncate: str | None, why: str) -> None:
+    reason = merge_reason(summary, newest, truncate, ROW_DELTA)
+    assert reason is not None and why in reason
+
+
+def test_partitions_order_their_own_positions() -> None:
+    """A position of partition 2 is not compared with those of partition 1."""
+    summary = _summary(oldest={"k0002": "k0002:00000000000000000001"})
+    assert merge_reason(summary, {"k0001": "k0001:00000000000000000009"}, None, ROW_DELTA) is None
+
+
+def test_upsert_mode_merge_always_merges() -> None:
+    reason = merge_reason(_summary(oldest={"s": "s0005"}), {}, None, UpsertMode.MERGE)
+    assert reason == "sink.upsert_mode is merge"
+
+
+# -- the tables of a batch, committed from the table pool (sink.table_parallelism) ---------------
 
 
 class FakeTables:
-    """``write_batch`` that takes ``seconds`` and records how many tables were in flight at once;
-    a table named in ``fail`` raises, one in ``incompatible`` has a schema it cannot take."""
+    """``commit_files`` and ``write_batch`` that take ``seconds`` and record how many tables
+    were in flight at once; a table named in ``fail`` raises, one in ``incompatible`` has a
+    schema it cannot take."""
 
     def __init__(self, seconds: float = 0.2, fail: frozenset[str] = frozenset(), incompatible: frozenset[str] = frozenset()) -> None:
         self.seconds = seconds
@@ -144,17 +208,16 @@ class FakeTables:
         self.most = 0
         self.written: list[str] = []
 
-    def ensure_table(self, batch: TableBatch) -> str:
-        return batch.table[1]
-
     def applied_offsets(self, table: tuple[str, str]) -> dict[str, int]:
         return {}
 
     def maybe_maintain(self, table: tuple[str, str]) -> bool:
         return False
 
-    def write_batch(self, batch: TableBatch, offsets: dict[str, int]) -> dict[str, int]:
-        name = batch.table[1]
+    def maybe_maintain_deleted_keys(self) -> bool:
+        return False
+
+    def _work(self, name: str) -> None:
         with self.lock:
             self.in_flight += 1
             self.most = max(self.most, self.in_flight)
@@ -166,10 +229,18 @@ class FakeTables:
                 raise RuntimeError(f"{name}: the catalog refused the commit")
             with self.lock:
                 self.written.append(name)
-            return {"upserts": 1, "deletes": 0, "appends": 0, "truncates": 0}
         finally:
             with self.lock:
                 self.in_flight -= 1
+
+    def commit_files(self, table: tuple[str, str], files: TableFiles, offsets: dict[str, int],
+                     newest: dict[str, str]) -> bool:
+        self._work(table[1])
+        return True
+
+    def write_batch(self, batch: TableBatch, offsets: dict[str, int]) -> dict[str, int]:
+        self._work(batch.table[1])
+        return {"upserts": 1, "deletes": 0, "appends": 0, "truncates": 0}
 
 
 def _table_sink(tables: FakeTables, parallelism: int) -> MicroBatchSink:
@@ -178,56 +249,72 @@ def _table_sink(tables: FakeTables, parallelism: int) -> MicroBatchSink:
     return sink
 
 
-def _batches(n: int) -> tuple[dict[tuple[str, str], TableBatch], dict[tuple[str, str], dict[str, int]]]:
-    batches = {("db", f"t{i}"): TableBatch(("db", f"t{i}")) for i in range(n)}
-    return batches, {table: {f"db.{table[1]}:0": 10} for table in batches}
+def _files(n: int) -> tuple[_Batch, dict[tuple[str, str], TableFiles]]:
+    batch = _Batch([])
+    files = {}
+    for i in range(n):
+        table = ("db", f"t{i}")
+        batch.tables[table] = TableSummary(table, changes=1, offsets={(f"db.t{i}", 0): (0, 9)})
+        files[table] = TableFiles(table, data="file", upserts=1)
+    return batch, files
 
 
-def test_the_tables_of_a_batch_are_written_parallelism_at_a_time() -> None:
+def test_the_tables_of_a_batch_are_committed_parallelism_at_a_time() -> None:
     tables = FakeTables(seconds=0.2)
     sink = _table_sink(tables, parallelism=4)
-    batches, offsets = _batches(8)
+    batch, files = _files(8)
+    report = BatchReport()
     started = time.monotonic()
-    written = sink._write_tables(batches, offsets, [], {})
+    failures = sink._commit_files(batch, files, report)
     elapsed = time.monotonic() - started
     sink.close()
-    assert sorted(t[1] for t, _, _ in written) == sorted(f"t{i}" for i in range(8))
+    assert failures == [] and sorted(report.tables) == sorted(f"db.t{i}" for i in range(8))
+    assert report.row_deltas == 8 and report.upserts == 8
     assert tables.most == 4
     assert elapsed < 8 * 0.2 * 0.75, f"8 tables of 0.2 s took {elapsed:.2f}s: not overlapped"
-    assert sink._applied == offsets
 
 
 def test_one_table_after_the_other_with_parallelism_1() -> None:
     tables = FakeTables(seconds=0.01)
     sink = _table_sink(tables, parallelism=1)
-    batches, offsets = _batches(5)
-    sink._write_tables(batches, offsets, [], {})
+    batch, files = _files(5)
+    sink._commit_files(batch, files, BatchReport())
     assert tables.most == 1
     assert tables.written == [f"t{i}" for i in range(5)]
 
 
 @pytest.mark.parametrize("parallelism", [1, 4])
-def test_a_failed_table_is_raised_and_its_offsets_are_not_taken_as_applied(parallelism: int) -> None:
+def test_a_failed_table_is_returned_after_every_started_table_finished(parallelism: int) -> None:
     tables = FakeTables(seconds=0.05, fail=frozenset({"t0"}))
     sink = _table_sink(tables, parallelism)
-    batches, offsets = _batches(6)
-    with pytest.raises(RuntimeError, match="t0: the catalog refused the commit"):
-        sink._write_tables(batches, offsets, [], {})
+    batch, files = _files(6)
+    report = BatchReport()
+    failures = sink._commit_files(batch, files, report)
     sink.close()
-    assert sink._applied[("db", "t0")] == {}, "the failed table's offsets taken as applied"
-    # the tables written before the error was raised keep their offsets: a retried batch skips
-    # what their commits already hold; in the pool every started table finishes first
-    assert {t for t, offsets in sink._applied.items() if offsets} == {("db", t) for t in tables.written}
-    if parallelism > 1:
-        assert len(tables.written) == 5
+    assert [str(f) for f in failures] == ["t0: the catalog refused the commit"]
+    # the other tables committed (their snapshots hold their offsets: a retry skips them)
+    assert sorted(tables.written) == [f"t{i}" for i in range(1, 6)] == sorted(t.split(".")[1] for t in report.tables)
 
 
-def test_an_incompatible_table_is_paused_and_the_others_are_written() -> None:
+def test_an_incompatible_table_is_paused_and_the_others_are_merged(monkeypatch: pytest.MonkeyPatch) -> None:
     tables = FakeTables(seconds=0.05, incompatible=frozenset({"t2"}))
     sink = _table_sink(tables, parallelism=4)
-    batches, offsets = _batches(4)
-    written = sink._write_tables(batches, offsets, [], {})
+    batch, _ = _files(4)
+
+    class Changes:
+        def filter(self, _: Any) -> Changes:
+            return self
+
+        def collect(self) -> list[Any]:
+            return []
+
+    batch.rdd = Changes()
+    monkeypatch.setattr(runner, "compact", lambda _: {t: TableBatch(t) for t in batch.tables})
+    sink.spark = Anything()
+    report = BatchReport()
+    failures = sink._merge_tables(batch, dict.fromkeys(batch.tables, "a test"), report)
     sink.close()
-    assert sorted(t[1] for t, _, _ in written) == ["t0", "t1", "t3"]
+    assert failures == [] and sorted(report.tables) == ["db.t0", "db.t1", "db.t3"] and report.merges == 3
     assert ("db", "t2") in sink._paused_tables
     assert "column x is int" in sink._paused_tables[("db", "t2")]
+    assert batch.paused_first == {("db.t2", 0): 0}  # its partition's offsets stop at its first change

@@ -1,0 +1,257 @@
+"""Kafka offset ranges: planned by the driver, read and parsed inside Spark tasks.
+
+The sink reads Kafka the way Spark's own Kafka source does. The driver never fetches a record:
+its consumer only keeps the group membership (which partitions are this sink's), and each micro-
+batch it plans one :class:`Range` per partition with records to read (from the offset the sink
+has read up to, to the high watermark asked for just now), groups the ranges into
+:class:`ReadTask` s, and Spark tasks fetch them with their own confluent-kafka consumer
+(:func:`read_task`), parse each record into a :class:`sink.changes.SinkChange` and report how far
+they read (:class:`RangeRead`).
+
+High watermarks bound a range on Kafka. Some brokers report them wrong (the local Tansu broker
+reports the base offset of the partition's last record batch, plus one): a task therefore reads
+at least up to the planned end, then also takes what the consumer has already fetched beyond it
+without waiting for more. A whole record batch arrives in one fetch, so on such a broker the last
+batch is read whole; on Kafka the extra records are simply newer ones. A range that stops on its
+record budget says so (``exhausted`` false), and the next plan reads it again whatever its
+watermark says.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sink.changes import ChangeParseError, RecordParser, SinkChange
+
+__all__ = ["BadRecord", "Range", "RangeRead", "ReadTask", "parser_for", "read_task", "reader_conf", "split_tasks"]
+
+log = logging.getLogger("cdcnorm.sink")
+
+TopicPartition = tuple[str, int]
+
+# librdkafka returns a batch when it has num_messages or the timeout ends, never earlier: short
+# waits keep a task from sitting on records it already has
+_FETCH_WAIT_S = 0.05
+_FETCH_MAX = 10_000
+_MAX_BAD_REPORTED = 20  # bad records a task describes (all are counted)
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    """Offsets ``[start, end)`` of one partition to read in a micro-batch. ``end`` is the high
+    watermark seen at planning (for a partition left unfinished by its budget, at least
+    ``start + 1``: there is more, whatever the broker's watermark says)."""
+
+    topic: str
+    partition: int
+    start: int
+    end: int
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadTask:
+    """The ranges one Spark task reads, with one consumer, up to ``budget`` records in all."""
+
+    ranges: tuple[Range, ...]
+    budget: int
+
+
+@dataclass(frozen=True, slots=True)
+class RangeRead:
+    """How far a task read a range: ``next_offset`` is where the next read starts (the consumer's
+    position: past control records too), ``records`` how many it read, ``exhausted`` whether it
+    reached the planned end or nothing more arrived (false: it stopped on its budget, more may
+    remain: the next plan reads it again whatever its watermark says)."""
+
+    topic: str
+    partition: int
+    start: int
+    next_offset: int
+    records: int
+    exhausted: bool
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class BadRecord:
+    """A record that is not a canonical change event (logged and counted by the driver)."""
+
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+
+
+def split_tasks(ranges: list[Range], tasks: int, budget: int, pending: Mapping[TopicPartition, int] | None = None) -> list[ReadTask]:
+    """Group ``ranges`` into at most ``tasks`` read tasks of about equal expected size, sharing
+    the micro-batch's record ``budget`` in proportion. A topic's partitions stay in one task
+    when there are at least as many topics as tasks (fewer, larger files per table: a table is
+    usually a topic); otherwise partitions are spread one by one.
+
+    ``pending``: the expected records per partition (watermark minus start; may be wrong on
+    brokers with wrong watermarks, where it only guides the split).
+
+    >>> rs = [Range("a", p, 0, 10) for p in range(4)]
+    >>> [len(t.ranges) for t in split_tasks(rs, 2, 100)]
+    [2, 2]
+    >>> [len(t.ranges) for t in split_tasks(rs + [Range("b", 0, 0, 5)], 2, 100)]
+    [4, 1]
+    """
+    if not ranges:
+        return []
+    sizes = {r.tp: max(1, (pending or {}).get(r.tp, r.end - r.start)) for r in ranges}
+    topics: dict[str, list[Range]] = {}
+    for r in ranges:
+        topics.setdefault(r.topic, []).append(r)
+    groups = list(topics.values()) if len(topics) >= tasks else [[r] for r in ranges]
+    groups.sort(key=lambda g: -sum(sizes[r.tp] for r in g))
+    bins: list[list[Range]] = [[] for _ in range(min(tasks, len(groups)))]
+    loads = [0] * len(bins)
+    for group in groups:  # largest first into the lightest bin
+        i = loads.index(min(loads))
+        bins[i].extend(group)
+        loads[i] += sum(sizes[r.tp] for r in group)
+    total = sum(loads) or 1
+    return [
+        ReadTask(tuple(sorted(b, key=lambda r: r.tp)), max(1, budget * load // total))
+        for b, load in zip(bins, loads, strict=True)
+        if b
+    ]
+
+
+# -- inside a Spark task -------------------------------------------------------------------------
+
+_consumers: dict[tuple[tuple[str, str], ...], Any] = {}
+
+
+def _consumer(conf: Mapping[str, Any]) -> Any:
+    """A consumer for ``conf``, kept for the Python worker's later tasks (as Spark's Kafka source
+    caches its consumers per executor): connecting costs more than a task's fetch."""
+    key = tuple(sorted((k, str(v)) for k, v in conf.items()))
+    consumer = _consumers.get(key)
+    if consumer is None:
+        from confluent_kafka import Consumer
+
+        consumer = _consumers[key] = Consumer(dict(conf))
+    return consumer
+
+
+_parsers: dict[str, RecordParser] = {}
+
+
+def parser_for(registry: Any) -> RecordParser:
+    """The record parser of a Python worker for these schema registry settings (``None``: JSON
+    only), kept for its later tasks with the writer schemas it has read."""
+    key = "" if registry is None else registry.model_dump_json()
+    parser = _parsers.get(key)
+    if parser is None:
+        parser = _parsers[key] = RecordParser.from_settings(registry)
+    return parser
+
+
+def reader_conf(consumer_conf: Mapping[str, Any], bootstrap: str, group_id: str) -> dict[str, Any]:
+    """The task consumers' settings: the sink's own (security, client settings) without group
+    membership or offset commits; ``group.id`` is only a label (partitions are assigned, never
+    subscribed)."""
+    conf = {k: v for k, v in consumer_conf.items() if not k.startswith(("group.", "partition.assignment", "session.", "heartbeat."))}
+    conf.update({
+        "bootstrap.servers": bootstrap,
+        "group.id": f"{group_id}-reader",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,  # "a fetch returned nothing": where a range ends on any broker
+        "auto.offset.reset": "earliest",
+        # a fetch of a partition with nothing new answers within this, not the default 500 ms
+        "fetch.wait.max.ms": 100,
+    })
+    return conf
+
+
+def read_task(
+    task: ReadTask, conf: Mapping[str, Any], parser: RecordParser, stall_seconds: float
+) -> Iterator[SinkChange | RangeRead | BadRecord]:
+    """Read ``task``'s ranges and parse each record: yields the changes (per partition in
+    offset order), the records that are not changes (:class:`BadRecord`), then one
+    :class:`RangeRead` per range.
+
+    Each range may take an equal share of the task's budget, so a busy partition cannot starve
+    the others of a task: one that reaches its share is paused (and read on by the next
+    micro-batch). A range is done when it reaches its end (then what the consumer has already
+    fetched of it is taken too, without waiting: see the module), or when a fetch of it returns
+    nothing (librdkafka's partition EOF, at the offset after the last record: past transaction
+    markers too). The task ends when every range is done or capped; ``stall_seconds`` without
+    any record or EOF (a broker that does not answer) ends it too, the ranges as far as they got.
+    """
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka import TopicPartition as KafkaTP
+
+    consumer = _consumer(conf)
+    by_tp = {r.tp: r for r in task.ranges}
+    share = max(1, task.budget // max(1, len(by_tp)))
+    consumer.assign([KafkaTP(r.topic, r.partition, r.start) for r in task.ranges])
+    next_offset = {r.tp: r.start for r in task.ranges}
+    counts = dict.fromkeys(by_tp, 0)
+    open_tps = {tp for tp, r in by_tp.items() if r.end > r.start}  # not at their end yet
+    capped: set[TopicPartition] = set()  # took their share: paused, more remains
+    bad = 0
+    idle_since = time.monotonic()
+    try:
+        while len(capped) < len(by_tp):
+            draining = not open_tps  # every range at its end or capped: take what is fetched already
+            msgs = consumer.consume(_FETCH_MAX, 0 if draining else _FETCH_WAIT_S)
+            if not msgs:
+                if draining or time.monotonic() - idle_since > stall_seconds:
+                    break
+                continue
+            idle_since = time.monotonic()
+            for msg in msgs:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        # a fetch returned nothing: this partition has nothing more now
+                        tp = cast(TopicPartition, (msg.topic(), msg.partition()))
+                        if tp in open_tps:
+                            open_tps.discard(tp)
+                            next_offset[tp] = max(next_offset[tp], msg.offset())
+                        continue
+                    if err.fatal() or not err.retriable():
+                        raise KafkaException(err)
+                    log.warning("consumer error: %s", err)
+                    continue
+                tp = cast(TopicPartition, (msg.topic(), msg.partition()))  # a record has both
+                if tp in capped:
+                    continue  # fetched before its pause: the next micro-batch reads it
+                offset = msg.offset()
+                counts[tp] += 1
+                next_offset[tp] = offset + 1
+                if tp in open_tps and offset + 1 >= by_tp[tp].end:
+                    open_tps.discard(tp)
+                if counts[tp] >= share:
+                    capped.add(tp)
+                    open_tps.discard(tp)
+                    consumer.pause([KafkaTP(*tp)])
+                try:
+                    change = parser.parse(tp[0], tp[1], offset, msg.key(), msg.value())
+                except ChangeParseError as exc:
+                    bad += 1
+                    yield BadRecord(tp[0], tp[1], offset, str(exc) if bad <= _MAX_BAD_REPORTED else "")
+                    continue
+                if change is not None:
+                    yield change
+    finally:
+        if capped:  # librdkafka keeps a partition paused across assignments
+            consumer.resume([KafkaTP(*tp) for tp in capped])
+        consumer.unassign()
+    for tp, r in by_tp.items():
+        yield RangeRead(r.topic, r.partition, r.start, next_offset[tp], counts[tp], tp not in capped)
