@@ -22,6 +22,7 @@ import base64
 import contextlib
 import glob
 import logging
+import math
 import os
 import re
 import struct
@@ -1102,8 +1103,11 @@ def _json_default(value: Any) -> Any:
 
 
 def _float32(value: Any) -> Any:
-    """A float column's value rounded to float32 here, as the Python-rows path does in the JVM."""
+    """A float column's value rounded to float32 here, as the Python-rows path does in the JVM
+    (NaN and the infinities: the rows path; JSON has none and orjson would write null)."""
     if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _NotJson(f"float {value}")
         try:
             rounded: float = _FLOAT32.unpack(_FLOAT32.pack(value))[0]
         except (OverflowError, struct.error) as exc:
@@ -1126,6 +1130,7 @@ def _json_documents(
     if any("float" in t and t != "float" for t in columns.values()):
         return None  # float32 nested in a struct/array/map: keep the exact rows path
     floats = [n for n in names if columns[n] == "float"]
+    doubles = [n for n in names if columns[n] == "double"]
     dumps, default = orjson.dumps, _json_default
     docs: list[str] = []
     chunk: list[bytes] = []
@@ -1136,6 +1141,10 @@ def _json_documents(
             doc = {n: image.get(n) for n in names}
             for n in floats:
                 doc[n] = _float32(doc[n])
+            for n in doubles:
+                value = doc[n]
+                if isinstance(value, float) and not math.isfinite(value):
+                    raise _NotJson(f"{value} in column {n}")  # JSON has no NaN: orjson would write null
             doc[OP_COLUMN] = str(ch.op)
             doc[SEQ_COLUMN] = ch.seq
             doc[TS_COLUMN] = ch.ts_ms

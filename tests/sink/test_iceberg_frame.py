@@ -119,3 +119,14 @@ def test_values_json_cannot_carry_use_python_rows() -> None:
     nested_float = {"i": "int", "st": "struct<`x`:float>"}
     assert ice._json_documents(nested_float, _changes([{"i": 1, "st": {"x": 0.1}}]), True) is None
     assert ice._json_documents({"i": "int", "f": "float"}, _changes([{"i": 1, "f": 1e300}]), True) is None
+    # JSON has no NaN or infinity (orjson writes null): the rows path keeps them
+    for value in (float("nan"), float("inf"), float("-inf")):
+        assert ice._json_documents({"i": "int", "d": "double"}, _changes([{"i": 1, "d": value}]), True) is None
+        assert ice._json_documents({"i": "int", "f": "float"}, _changes([{"i": 1, "f": value}]), True) is None
+
+
+def test_nan_and_infinities_are_stored_not_nulled(tables: ice.IcebergTables, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = [{"i": 1, "d": float("nan"), "f": float("inf")}, {"i": 2, "d": float("-inf"), "f": float("nan")}]
+    state = ice._TableState({"i": "int", "d": "double", "f": "float"}, ("i",))
+    got = [r.asDict() for r in tables._frame(state, _changes(rows), False).collect()]
+    assert [str(r["d"]) for r in got] == ["nan", "-inf"] and [str(r["f"]) for r in got] == ["inf", "nan"]
