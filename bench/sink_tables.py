@@ -165,7 +165,9 @@ def measure(
     keys = size.keys_per_table * size.tables // tables
     warm = table_records(layout, tables, tables, keys, seed=1)
     timed = table_records(layout, tables, size.changes, keys, seed=1000, first_seq=TIMED_SEQ)
-    max_records = max(tables, -(-size.changes // batches))
+    # one micro-batch: the sink's default budget (200,000 records) reads them all; else the
+    # records of the changes (deletes bring their tombstones) split into ``batches``
+    max_records = 200_000 if batches == 1 else max(tables, -(-len(timed) // batches))
     sink = _sink(bootstrap, workdir, layout, f"bench-{layout}", parallelism, max_records, commit_interval)
     try:
         sink.start()

@@ -268,6 +268,7 @@ class _TableState:
     newest: dict[str, str] | None = None
     location: str | None = None
     schema_json: str | None = None  # the Iceberg schema as JSON (after the last DDL)
+    key_ids: list[int] = field(default_factory=list)  # the key's Iceberg field ids
 
 
 class _JavaCallable:
@@ -293,13 +294,16 @@ class _JavaCallable:
 class IcebergTables:
     """Creates, evolves and merges into the Iceberg tables of one catalog."""
 
-    def __init__(self, spark: SparkSession, config: SinkConfig) -> None:
+    def __init__(self, spark: SparkSession, config: SinkConfig, compiled_commits: bool = True) -> None:
         self.spark = spark
         self.config = config
+        self._compiled_commits = compiled_commits  # False: commit row deltas through py4j steps (sink.commits)
+        self._commits: Any = None
         self._state: dict[str, _TableState] = {}
         self._callback_ready = False
         self._callback_lock = threading.Lock()
         self._jcatalog: Any = None
+        self._jtables: dict[tuple[str, str], Any] = {}  # Java Table handles (java_table)
         self._catalog_lock = threading.Lock()
         self._deleted_keys: tuple[str, str] | None = None  # its location and schema JSON, once created
         self._deleted_keys_lock = threading.Lock()
@@ -339,28 +343,58 @@ class IcebergTables:
                 self._jcatalog = jspark.sessionState().catalogManager().catalog(self.config.catalog.name).icebergCatalog()
         return self._jcatalog
 
-    def java_table(self, ident: tuple[str, str]) -> Any:
-        """The Iceberg ``Table`` of ``namespace, name``, refreshed (its current metadata read),
-        or ``None`` when it does not exist."""
+    def java_table(self, ident: tuple[str, str], refresh: bool = True) -> Any:
+        """The Iceberg ``Table`` of ``namespace, name`` (``refresh``: its current metadata read
+        first), or ``None`` when it does not exist. The handle is kept (a py4j round trip costs
+        the driver's Python about a tenth of a millisecond, and a micro-batch makes a few dozen
+        per table); the catalog's own ``loadTable`` tells a dropped table."""
         from py4j.protocol import Py4JJavaError
 
-        jvm = self.jvm
-        gateway = self.spark.sparkContext._gateway
-        assert gateway is not None
-        names = gateway.new_array(jvm.String, 1)
-        names[0] = ident[0]
-        tid = jvm.org.apache.iceberg.catalog.TableIdentifier.of(jvm.org.apache.iceberg.catalog.Namespace.of(names), ident[1])
-        try:
-            table = self._catalog().loadTable(tid)
-        except Py4JJavaError as exc:
-            if "NoSuchTableException" in str(exc.java_exception.getClass().getName()):
-                return None
-            raise
-        table.refresh()
+        table = self._jtables.get(ident)
+        if table is None:
+            jvm = self.jvm
+            gateway = self.spark.sparkContext._gateway
+            assert gateway is not None
+            names = gateway.new_array(jvm.String, 1)
+            names[0] = ident[0]
+            tid = jvm.org.apache.iceberg.catalog.TableIdentifier.of(jvm.org.apache.iceberg.catalog.Namespace.of(names), ident[1])
+            try:
+                table = self._catalog().loadTable(tid)
+            except Py4JJavaError as exc:
+                if "NoSuchTableException" in str(exc.java_exception.getClass().getName()):
+                    return None
+                raise
+            self._jtables[ident] = table
+        elif refresh:
+            try:
+                table.refresh()
+            except Exception as exc:
+                if "NoSuchTableException" in str(exc) or "NotFoundException" in str(exc):
+                    del self._jtables[ident]  # dropped meanwhile
+                    return self.java_table(ident)
+                raise
         return table
 
-    def _java(self, table: tuple[str, str]) -> Any:
-        return self.java_table((self.config.namespace or table[0], table[1]))
+    def _java(self, table: tuple[str, str], refresh: bool = True) -> Any:
+        return self.java_table((self.config.namespace or table[0], table[1]), refresh)
+
+    def _key_ids(self, table: tuple[str, str], jt: Any) -> list[int]:
+        """The Iceberg field ids of the table's key (looked up once)."""
+        state = self._state[self.table_id(table)]
+        if len(state.key_ids) != len(state.key):
+            schema = jt.schema()
+            state.key_ids = [schema.findField(k).fieldId() for k in state.key]
+        return state.key_ids
+
+    @property
+    def commits(self) -> Any:
+        """How the row deltas are committed (:mod:`sink.commits`), made on first use."""
+        from sink.commits import make_commits
+
+        with self._catalog_lock:
+            if self._commits is None:
+                self._commits = make_commits(self.spark, self._compiled_commits)
+        return self._commits
 
     # -- schema -------------------------------------------------------------------------
 
@@ -399,9 +433,10 @@ class IcebergTables:
         return True
 
     def forget_cached(self) -> None:
-        """Drop what is cached of the tables (schema, key, offsets, the last truncate): read
-        again from the catalog on next use, after a failed write left it in doubt."""
+        """Drop what is cached of the tables (schema, key, offsets, the last truncate, the Java
+        handles): read again from the catalog on next use, after a failed write left it in doubt."""
         self._state.clear()
+        self._jtables.clear()
 
     def key_of(self, table: tuple[str, str]) -> tuple[str, ...]:
         """The table's key columns (empty: append-only)."""
@@ -426,10 +461,10 @@ class IcebergTables:
         metadata (a few milliseconds through the Iceberg API), so a claim by another sink since
         the last batch is seen. A table that does not exist yet gets this sink's group when it is
         created."""
-        jt = self._java(table)
+        jt = self._java(table, refresh=False)
         if jt is None:
             return
-        owner = jt.properties().get(OWNER_PROPERTY)
+        owner = self.commits.owner(jt, OWNER_PROPERTY)  # reads its metadata again
         if owner == self.config.group_id:
             return
         tid = self.table_id(table)
@@ -725,31 +760,17 @@ class IcebergTables:
         from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException
 
-        from sink.datafiles import data_file, equality_delete_file
-
         if files.data is None and files.deletes is None:
             return False
         tid = self.table_id(table)
         state = self._state[tid]
         try:
-            jt = self._java(table)
+            jt = self._java(table, refresh=False)  # refreshed by this batch's owner check
+            key_ids = self._key_ids(table, jt) if files.deletes is not None else []
             truncated = self._truncate_watermark(state, None)
             props = self._commit_properties(state, offsets, newest, truncated)
-            jvm = self.jvm
-            if files.deletes is not None:
-                schema = jt.schema()
-                ids = [schema.findField(k).fieldId() for k in state.key]
-                write = jt.newRowDelta().addDeletes(
-                    equality_delete_file(jvm, self.spark.sparkContext._gateway, jt, files.deletes, ids)
-                )
-                if files.data is not None:
-                    write = write.addRows(data_file(jvm, jt, files.data))
-            else:
-                write = jt.newAppend().appendFile(data_file(jvm, jt, files.data))
-            for k, v in props.items():
-                write = write.set(k, v)
             crash_point("mid-merge")
-            write.commit()
+            self.commits.commit(table, jt, files, key_ids, props)
         except (Py4JError, PySparkException, OSError) as exc:
             raise TableWriteError(".".join(table), exc) from exc
         self._committed(state, props, truncated)
@@ -938,14 +959,15 @@ class IcebergTables:
         from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException
 
-        from sink.datafiles import data_file
+        from sink.datafiles import TableFiles
 
         ns, name = self.config.deleted_keys_table.rsplit(".", 1)
         try:
-            jt = self.java_table((ns, name))
+            jt = self.java_table((ns, name), refresh=False)  # its only writer is this sink (a retry refreshes)
+            entries = TableFiles(self.jvm, jt)
             append = jt.newAppend()
             for f in files:
-                append = append.appendFile(data_file(self.jvm, jt, f.file))
+                append = append.appendFile(entries.data_file(f.file))
             append.commit()
         except (Py4JError, PySparkException, OSError) as exc:
             raise TableWriteError(self.config.deleted_keys_table, exc) from exc

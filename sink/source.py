@@ -186,8 +186,8 @@ def read_task(
     :class:`RangeRead` per range.
 
     Each range may take an equal share of the task's budget, so a busy partition cannot starve
-    the others of a task: one that reaches its share is paused (and read on by the next
-    micro-batch). A range is done when it reaches its end (then what the consumer has already
+    the others of a task: one that reaches its share is paused, and read on with what the others
+    leave of the budget once they are done (else by the next micro-batch). A range is done when it reaches its end (then what the consumer has already
     fetched of it is taken too, without waiting: see the module), or when a fetch of it returns
     nothing (librdkafka's partition EOF, at the offset after the last record: past transaction
     markers too). The task ends when every range is done or capped; ``stall_seconds`` without
@@ -198,18 +198,27 @@ def read_task(
 
     consumer = _consumer(conf)
     by_tp = {r.tp: r for r in task.ranges}
-    share = max(1, task.budget // max(1, len(by_tp)))
+    caps = dict.fromkeys(by_tp, max(1, task.budget // max(1, len(by_tp))))
     consumer.assign([KafkaTP(r.topic, r.partition, r.start) for r in task.ranges])
     next_offset = {r.tp: r.start for r in task.ranges}
     counts = dict.fromkeys(by_tp, 0)
     open_tps = {tp for tp, r in by_tp.items() if r.end > r.start}  # not at their end yet
     capped: set[TopicPartition] = set()  # took their share: paused, more remains
-    bad = 0
+    read = bad = 0
     idle_since = time.monotonic()
     try:
-        while len(capped) < len(by_tp):
-            draining = not open_tps  # every range at its end or capped: take what is fetched already
-            msgs = consumer.consume(_FETCH_MAX, 0 if draining else _FETCH_WAIT_S)
+        while read < task.budget:
+            if not open_tps and capped:
+                # the other ranges are done: the budget they left goes to the capped ones, from
+                # where they stopped (what was fetched of them after the pause was skipped)
+                more = max(1, (task.budget - read) // len(capped))
+                for tp in capped:
+                    caps[tp] = counts[tp] + more
+                    consumer.seek(KafkaTP(tp[0], tp[1], next_offset[tp]))
+                consumer.resume([KafkaTP(*tp) for tp in capped])
+                open_tps, capped = capped, set()
+            draining = not open_tps  # every range at its end: take what is fetched already
+            msgs = consumer.consume(min(_FETCH_MAX, task.budget - read), 0 if draining else _FETCH_WAIT_S)
             if not msgs:
                 if draining or time.monotonic() - idle_since > stall_seconds:
                     break
@@ -231,13 +240,14 @@ def read_task(
                     continue
                 tp = cast(TopicPartition, (msg.topic(), msg.partition()))  # a record has both
                 if tp in capped:
-                    continue  # fetched before its pause: the next micro-batch reads it
+                    continue  # fetched before its pause: read from next_offset again
                 offset = msg.offset()
+                read += 1
                 counts[tp] += 1
                 next_offset[tp] = offset + 1
                 if tp in open_tps and offset + 1 >= by_tp[tp].end:
                     open_tps.discard(tp)
-                if counts[tp] >= share:
+                if counts[tp] >= caps[tp]:
                     capped.add(tp)
                     open_tps.discard(tp)
                     consumer.pause([KafkaTP(*tp)])
@@ -254,4 +264,6 @@ def read_task(
             consumer.resume([KafkaTP(*tp) for tp in capped])
         consumer.unassign()
     for tp, r in by_tp.items():
-        yield RangeRead(r.topic, r.partition, r.start, next_offset[tp], counts[tp], tp not in capped)
+        # more may remain where the range was capped, or where the task's budget ran out first
+        more = tp in capped or (read >= task.budget and tp in open_tps)
+        yield RangeRead(r.topic, r.partition, r.start, next_offset[tp], counts[tp], not more)

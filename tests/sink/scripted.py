@@ -92,8 +92,9 @@ def scripted_broker(tmp_path: Path) -> Iterator[ScriptedBroker]:
         proc.stop()
 
 
-def scripted_sink(spark: Any, config: SinkConfig, broker: ScriptedBroker) -> MicroBatchSink:
-    """A sink of ``config`` on the shared Spark session, its consumer joined to the group."""
+def scripted_sink(spark: Any, config: SinkConfig, broker: ScriptedBroker, compiled: bool = True) -> MicroBatchSink:
+    """A sink of ``config`` on the shared Spark session, its consumer joined to the group
+    (``compiled``: row deltas committed by the compiled helper, else through py4j steps)."""
     from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient
 
@@ -101,7 +102,7 @@ def scripted_sink(spark: Any, config: SinkConfig, broker: ScriptedBroker) -> Mic
 
     sink = MicroBatchSink(config, broker.address, report=lambda r: print(r.line()))
     sink.spark = spark
-    sink.tables = ice.IcebergTables(spark, config)
+    sink.tables = ice.IcebergTables(spark, config, compiled_commits=compiled)
     sink.partitions = Partitions(
         Consumer({"bootstrap.servers": broker.address, "group.id": config.group_id, "enable.auto.commit": False,
                   "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "auto.offset.reset": "earliest"}),
