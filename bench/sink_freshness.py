@@ -86,7 +86,7 @@ class _CommitClock:
         self._consumer = consumer
         self.lock = threading.Lock()
         self.commits: list[tuple[float, dict[_TP, int]]] = []
-        self.committed: dict[_TP, int] = {}  # the newest committed offset per partition
+        self.acked: dict[_TP, int] = {}  # the newest committed offset per partition
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._consumer, name)
@@ -99,7 +99,7 @@ class _CommitClock:
         offsets = {(tp.topic, tp.partition): tp.offset for tp in result or () if tp.error is None and tp.offset >= 0}
         with self.lock:
             self.commits.append((ended, offsets))
-            self.committed.update(offsets)
+            self.acked.update(offsets)
         return result
 
 
@@ -276,7 +276,7 @@ def measure(bootstrap: str, workdir: Path, size: Size, rate: float, seconds: flo
             deadline = time.monotonic() + drain_timeout
             while not stop_watching.is_set():
                 with clock.lock:
-                    done = all(clock.committed.get(tp, 0) >= end for tp, end in producer.ends.items())
+                    done = all(clock.acked.get(tp, 0) >= end for tp, end in producer.ends.items())
                 if done or time.monotonic() > deadline:
                     if not done:
                         print(f"drain: not every record committed {drain_timeout:.0f}s after the producer stopped",
@@ -289,7 +289,8 @@ def measure(bootstrap: str, workdir: Path, size: Size, rate: float, seconds: flo
             result.reports.append(report)
             print(
                 f"batch {len(result.reports)}: {report.rows_read} records, {len(report.tables)} tables, "
-                f"{report.seconds:.1f}s (commit phase {report.commit_seconds:.1f}s)",
+                f"{report.seconds:.1f}s (read job {report.read_seconds:.1f}s, commit phase {report.commit_seconds:.1f}s "
+                f"of which the write job {report.files_seconds:.1f}s)",
                 flush=True,
             )
 
@@ -378,13 +379,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     touched = [len(r.tables) for r in reports]
     report.info("micro-batches", len(reports), "", f"{result.commits} offset commits")
     report.info("mean batch seconds", statistics.fmean(r.seconds for r in reports) if reports else 0.0, "s",
-                "end of the poll window to the Kafka commit; max "
+                "plan to Kafka commit; max "
                 f"{max((r.seconds for r in reports), default=0.0):.1f}s")
     report.info("tables touched per batch", statistics.fmean(touched) if touched else 0.0, "tables",
                 f"min {min(touched, default=0)}, max {max(touched, default=0)}")
     if touched and sum(touched):
         report.info("commit phase per table", sum(r.commit_seconds for r in reports) / sum(touched), "s",
-                    f"wall time of the MERGEs and commits over the tables touched, {parallelism} at a time")
+                    f"wall time of the table writes (row deltas or MERGEs) over the tables touched, {parallelism} at a time")
     report.info("records per batch", statistics.fmean(r.rows_read for r in reports) if reports else 0.0, "records")
     report.info("producer behind schedule, at most", producer.max_late, "s",
                 "each change's produce time is its own, so this shifts the rate, not the figures")

@@ -29,6 +29,7 @@ import struct
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -1038,11 +1039,16 @@ class IcebergTables:
     # -- maintenance --------------------------------------------------------------------
 
     def maybe_maintain(self, table: tuple[str, str]) -> bool:
-        """Compact files and expire snapshots every ``maintenance.every_batches`` commits."""
+        """Compact files and expire snapshots every ``maintenance.every_batches`` commits of the
+        table, at a commit count offset per table (its name's hash): tables written by the same
+        micro-batches come due in different ones, so a database of tables is not maintained
+        all at once, stalling its freshness."""
         m = self.config.maintenance
         tid = self.table_id(table)
         state = self._state.get(tid)
-        if not m.enabled or state is None or state.commits == 0 or state.commits % m.every_batches:
+        if not m.enabled or state is None or state.commits == 0:
+            return False
+        if (state.commits + _stagger(tid, m.every_batches)) % m.every_batches:
             return False
         self.maintain(table)
         return True
@@ -1249,6 +1255,15 @@ def _not_deleted_sql(source: str, deleted_keys: str, table: str) -> str:
         f"SELECT s.* FROM {source} s LEFT ANTI JOIN d ON s.{key} = d.{key} "
         f"AND s.{op} <> {_DELETE} AND d.{quote(DELETED_SEQ)} >= s.{seq}"
     )
+
+
+def _stagger(name: str, every: int) -> int:
+    """A stable offset in ``[0, every)`` for ``name`` (not Python's salted ``hash``).
+
+    >>> _stagger("`lake`.`db`.`t`", 20) == _stagger("`lake`.`db`.`t`", 20) < 20
+    True
+    """
+    return zlib.crc32(name.encode()) % every
 
 
 def _fold(newest: dict[str, str], seqs: Any) -> None:

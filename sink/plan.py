@@ -48,7 +48,7 @@ class Partitions:
         self.generation += 1
         log.info("assigned %d partitions (assignment %d): %s", len(tps), self.generation,
                  ", ".join(f"{t}[{p}]" for t, p in tps[:20]) + (" ..." if len(tps) > 20 else ""))
-        starts = self._committed(partitions)
+        starts = self._committed(consumer, partitions)
         for tp in tps:
             self.positions[tp] = starts[tp]
             # read once whatever the watermark says: a broker with wrong watermarks (Tansu)
@@ -68,18 +68,18 @@ class Partitions:
         if self._on_revoke is not None:
             self._on_revoke(tps)
 
-    def _committed(self, partitions: list[Any]) -> dict[TopicPartition, int]:
+    def _committed(self, consumer: Any, partitions: list[Any]) -> dict[TopicPartition, int]:
         """Where each newly assigned partition is read from: its committed offset, else its low
         watermark (``auto.offset.reset: earliest``)."""
         from confluent_kafka import TopicPartition as KafkaTP
 
         out: dict[TopicPartition, int] = {}
-        for c in self.consumer.committed([KafkaTP(p.topic, p.partition) for p in partitions], timeout=_OFFSETS_TIMEOUT_S):
+        for c in consumer.committed([KafkaTP(p.topic, p.partition) for p in partitions], timeout=_OFFSETS_TIMEOUT_S):
             tp = (c.topic, c.partition)
             if c.offset >= 0:
                 out[tp] = c.offset
             else:
-                low, _ = self.consumer.get_watermark_offsets(KafkaTP(*tp), timeout=_OFFSETS_TIMEOUT_S)
+                low, _ = consumer.get_watermark_offsets(KafkaTP(*tp), timeout=_OFFSETS_TIMEOUT_S)
                 out[tp] = max(0, low)
         return out
 

@@ -50,6 +50,7 @@ from sink.retry import Backoff, describe_failure, failure_reason, is_retried
 from sink.source import Range, TopicPartition, reader_conf, split_tasks
 from sink.tasks import (
     DeletedKeysFile,
+    SummaryList,
     TableFiles,
     TablePlan,
     TableSummary,
@@ -59,7 +60,7 @@ from sink.tasks import (
     route,
     seq_class,
     slot,
-    summarize,
+    write_partition,
     write_tables,
 )
 
@@ -124,8 +125,9 @@ STALL_SECONDS = 10.0  # a read task gives up on a broker that sends nothing, not
 
 @dataclass
 class BatchReport:
-    """What one micro-batch did: the counts, and how long it took from the end of its poll
-    window to its Kafka commit (``seconds``), and the lag left after it (``lag``)."""
+    """What one micro-batch did: the counts, how long it took from its plan to its Kafka commit
+    (``seconds``: the read job, then ``commit_seconds`` of table work, of which ``files_seconds``
+    the write job), and the lag left after it (``lag``)."""
 
     rows_read: int = 0
     changes: int = 0
@@ -135,6 +137,8 @@ class BatchReport:
     truncates: int = 0
     tables: list[str] = field(default_factory=list)
     commit_seconds: float = 0.0
+    read_seconds: float = 0.0  # the read job (fetch and parse)
+    files_seconds: float = 0.0  # the write job (the row-delta tables' files)
     newest_ts_ms: int | None = None
     skipped_applied: int = 0
     seconds: float = 0.0
@@ -159,6 +163,7 @@ class BatchReport:
             f"batch: read={self.rows_read} changes={self.changes} upserts={self.upserts} deletes={self.deletes} "
             f"appends={self.appends} truncates={self.truncates} tables={len(self.tables)} "
             f"commit={self.commit_seconds:.2f}s freshness={fresh} rows/s={self.rows_per_second:.0f} "
+            f"jobs={self.read_seconds:.2f}s+{self.files_seconds:.2f}s "
             f"lag={'-' if self.lag is None else self.lag} touched={touched}"
             + (f" row_deltas={self.row_deltas} merges={self.merges}" if self.tables else "")
             + (f" waiting_topics={self.waiting}" if self.waiting else "")
@@ -247,6 +252,7 @@ class _Batch:
     ranges: list[Range]
     rdd: Any = None
     tables: dict[Table, TableSummary] = field(default_factory=dict)
+    tasks_of: dict[Table, set[int]] = field(default_factory=dict)  # the read tasks that hold a table's changes
     paused_first: dict[TopicPartition, int] = field(default_factory=dict)  # where a paused table's changes start
 
 
@@ -519,9 +525,11 @@ class MicroBatchSink:
         from pyspark import StorageLevel
 
         assert self.partitions is not None
+        started = time.monotonic()
         tasks = split_tasks(batch.ranges, self._tasks(), self.config.max_records_per_batch)
         sc = self.spark.sparkContext
         sc.setJobDescription(f"cdcnorm read: {len(batch.ranges)} ranges")
+        summaries = sc.accumulator([], SummaryList())
         read = functools.partial(
             read_partition,
             conf=reader_conf(self.consumer_conf, self.bootstrap_servers, self.config.group_id),
@@ -529,9 +537,18 @@ class MicroBatchSink:
             # a range ends at its end or where a fetch returns nothing; this is only the
             # bound on a broker that does not answer
             stall_seconds=max(STALL_SECONDS, self.config.poll_timeout_seconds),
+            summaries=summaries,
         )
-        batch.rdd = sc.parallelize(tasks, len(tasks)).mapPartitions(read).persist(StorageLevel.MEMORY_AND_DISK)
-        tables, whole = _merged(batch.rdd.mapPartitions(summarize).collect())
+        batch.rdd = sc.parallelize(tasks, len(tasks)).mapPartitionsWithIndex(read).persist(StorageLevel.MEMORY_AND_DISK)
+        # counted in the JVM: the changes are read, parsed and cached in one pass of the Python
+        # workers, and the tasks' summaries come back with their results (the accumulator)
+        batch.rdd._jrdd.count()
+        done = sorted(summaries.value, key=lambda s: s.index)
+        tables, whole = _merged(done)
+        for s in done:
+            for table in s.tables:
+                batch.tasks_of.setdefault(table, set()).add(s.index)
+        report.read_seconds = time.monotonic() - started
         self.partitions.advance(whole.reads)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("read: %s", ", ".join(
@@ -585,7 +602,9 @@ class MicroBatchSink:
                                           tables.key_of(table), tables.applied_offsets(table))
             else:
                 merges[table] = reason
+        jobbed = time.monotonic()
         files = self._write_files(batch, deltas)
+        report.files_seconds = time.monotonic() - jobbed
         for table, written in list(files.items()):
             if written.fallback is not None:
                 merges[table] = f"a value a Parquet file cannot hold here ({written.fallback})"
@@ -605,22 +624,33 @@ class MicroBatchSink:
         assert self.tables is not None
         if not plans:
             return {}
-        n = min(self._tasks(), len(plans))
-        slots: dict[Table, int] = {}
-        loads = [0] * n
-        for table in sorted(plans, key=lambda t: -batch.tables[t].changes):  # largest first, lightest slot
-            lightest = loads.index(min(loads))
-            slots[table] = lightest
-            loads[lightest] += batch.tables[table].changes
         sc = self.spark.sparkContext
         sc.setJobDescription(f"cdcnorm write: {len(plans)} tables")
         memory = self.tables.deleted_keys_plan() if any(batch.tables[t].changes for t in plans) else None
-        write = functools.partial(
-            write_tables, plans=plans, deleted_keys=memory, now=dt.datetime.now(dt.UTC).replace(tzinfo=None)
-        )
-        results = (
-            batch.rdd.flatMap(functools.partial(route, slots)).partitionBy(n, slot).mapPartitions(write).collect()
-        )
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        if all(len(batch.tasks_of.get(t, ())) <= 1 for t in plans):
+            # each table's changes are in one read task's cache (a table is a topic, whose
+            # partitions were read together): that task writes it, no shuffle
+            mine: dict[int, set[Table]] = {}
+            for table in plans:
+                for index in batch.tasks_of.get(table, ()):
+                    mine.setdefault(index, set()).add(table)
+            write = functools.partial(write_partition, tables={i: frozenset(t) for i, t in mine.items()},
+                                      plans=plans, deleted_keys=memory, now=now)
+            results = batch.rdd.mapPartitionsWithIndex(write).collect()
+        else:
+            # a table read by several tasks: its changes are brought together first
+            n = min(self._tasks(), len(plans))
+            slots: dict[Table, int] = {}
+            loads = [0] * n
+            for table in sorted(plans, key=lambda t: -batch.tables[t].changes):  # largest first, lightest slot
+                lightest = loads.index(min(loads))
+                slots[table] = lightest
+                loads[lightest] += batch.tables[table].changes
+            write_slot = functools.partial(write_tables, plans=plans, deleted_keys=memory, now=now)
+            results = (
+                batch.rdd.flatMap(functools.partial(route, slots)).partitionBy(n, slot).mapPartitions(write_slot).collect()
+            )
         self.tables.remember_deleted_keys([r for r in results if isinstance(r, DeletedKeysFile)])
         return {r.table: r for r in results if isinstance(r, TableFiles)}
 

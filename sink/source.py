@@ -173,7 +173,7 @@ def reader_conf(consumer_conf: Mapping[str, Any], bootstrap: str, group_id: str)
         "enable.partition.eof": True,  # "a fetch returned nothing": where a range ends on any broker
         "auto.offset.reset": "earliest",
         # a fetch of a partition with nothing new answers within this, not the default 500 ms
-        "fetch.wait.max.ms": 100,
+        "fetch.wait.max.ms": 10,
     })
     return conf
 

@@ -43,6 +43,7 @@ __all__ = [
     "seq_class",
     "slot",
     "summarize",
+    "write_partition",
     "write_tables",
 ]
 
@@ -152,33 +153,50 @@ class TableSummary:
 
 @dataclass
 class TaskSummary:
-    """One read task's outcome: how far it read each range, its tables, its bad records."""
+    """One read task's outcome: how far it read each range, its tables, its bad records.
+    ``index``: the task's partition of the read job (where its changes are cached)."""
 
+    index: int = 0
     reads: list[RangeRead] = field(default_factory=list)
     tables: dict[tuple[str, str], TableSummary] = field(default_factory=dict)
     bad: list[BadRecord] = field(default_factory=list)  # the first few described
     bad_count: int = 0
 
+    def add(self, item: SinkChange | RangeRead | BadRecord) -> None:
+        if isinstance(item, SinkChange):
+            summary = self.tables.get(item.table)
+            if summary is None:
+                summary = self.tables[item.table] = TableSummary(item.table)
+            summary.add(item)
+        elif isinstance(item, RangeRead):
+            self.reads.append(item)
+        else:
+            self.bad_count += 1
+            if len(self.bad) < _BAD_KEPT:
+                self.bad.append(item)
+
 
 _BAD_KEPT = 20
 
 
-def summarize(items: Iterable[SinkChange | RangeRead | BadRecord]) -> Iterator[TaskSummary]:
-    """The summary of one read task's output (``mapPartitions`` over the cached read)."""
-    out = TaskSummary()
+def summarize(items: Iterable[SinkChange | RangeRead | BadRecord], index: int = 0) -> TaskSummary:
+    """The summary of one read task's output."""
+    out = TaskSummary(index)
     for item in items:
-        if isinstance(item, SinkChange):
-            summary = out.tables.get(item.table)
-            if summary is None:
-                summary = out.tables[item.table] = TableSummary(item.table)
-            summary.add(item)
-        elif isinstance(item, RangeRead):
-            out.reads.append(item)
-        else:
-            out.bad_count += 1
-            if len(out.bad) < _BAD_KEPT:
-                out.bad.append(item)
-    yield out
+        out.add(item)
+    return out
+
+
+class SummaryList:
+    """The accumulator parameter that brings the read tasks' summaries to the driver: with the
+    read job's results, not in a second pass over the cached changes (``sc.accumulator``)."""
+
+    def zero(self, value: list[TaskSummary]) -> list[TaskSummary]:
+        return []
+
+    def addInPlace(self, value1: list[TaskSummary], value2: list[TaskSummary]) -> list[TaskSummary]:
+        value1.extend(value2)
+        return value1
 
 
 @dataclass(frozen=True)
@@ -286,11 +304,36 @@ def _data_row(ch: SinkChange, with_op: bool = False) -> dict[str, Any]:
 # -- the functions the jobs map (module functions: pickled by reference) -------------------------
 
 
-def read_partition(tasks: Iterable[ReadTask], conf: dict[str, Any], registry: Any, stall_seconds: float) -> Iterator[Any]:
-    """The read job's task: read and parse its ranges (:func:`sink.source.read_task`)."""
+def read_partition(
+    index: int, tasks: Iterable[ReadTask], conf: dict[str, Any], registry: Any, stall_seconds: float, summaries: Any
+) -> Iterator[SinkChange]:
+    """The read job's task: read and parse its ranges (:func:`sink.source.read_task`); yields
+    the changes (cached in the executor for the write job), adds its :class:`TaskSummary` to the
+    ``summaries`` accumulator (:class:`SummaryList`)."""
     parser = parser_for(registry)
+    out = TaskSummary(index)
     for task in tasks:
-        yield from read_task(task, conf, parser, stall_seconds)
+        for item in read_task(task, conf, parser, stall_seconds):
+            out.add(item)
+            if isinstance(item, SinkChange):
+                yield item
+    summaries.add([out])
+
+
+def write_partition(
+    index: int,
+    changes: Iterable[SinkChange],
+    tables: dict[int, frozenset[tuple[str, str]]],
+    plans: dict[tuple[str, str], TablePlan],
+    deleted_keys: tuple[str, str] | None,
+    now: dt.datetime,
+) -> Iterator[TableFiles | DeletedKeysFile]:
+    """The write job's task when each row-delta table's changes are all in one read task (a
+    table is a topic, and a topic's partitions were read together): it writes the tables of its
+    own cached partition (``tables[index]``), no shuffle."""
+    mine = tables.get(index, frozenset())
+    if mine:
+        yield from write_tables(((index, c) for c in changes if c.table in mine), plans, deleted_keys, now)
 
 
 def route(slots: dict[tuple[str, str], int], item: Any) -> list[tuple[int, SinkChange]]:

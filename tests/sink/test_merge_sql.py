@@ -137,3 +137,23 @@ def test_the_memory_is_consulted_only_for_changes_a_remembered_delete_can_supers
     assert not tables._may_be_superseded(state, [_change(1)])
     monkeypatch.setattr(tables, "_deleted_keys_exist", lambda: False)  # no memory (retention 0, or no delete yet)
     assert not tables._may_be_superseded(ice._TableState(dict(COLUMNS), ("id",), newest={"s": "s0009"}), [_change(1)])
+
+
+def test_maintenance_comes_due_once_per_cadence_at_a_different_commit_per_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database of tables written by the same micro-batches is not maintained all in one."""
+    config = SinkConfig.from_section({"topics": ["t"], "maintenance": {"every_batches": 20}})
+    tables = ice.IcebergTables(FakeSpark(), config)  # type: ignore[arg-type]
+    maintained: list[tuple[str, int]] = []
+    monkeypatch.setattr(tables, "maintain", lambda table: maintained.append((table[1], commits)))
+    names = [f"t{i}" for i in range(50)]
+    for name in names:
+        tables._state[tables.table_id(("db", name))] = ice._TableState(dict(COLUMNS), ("id",))
+    for commits in range(1, 41):
+        for name in names:
+            state = tables._state[tables.table_id(("db", name))]
+            state.commits = commits
+            tables.maybe_maintain(("db", name))
+    per_table = {name: [c for n, c in maintained if n == name] for name in names}
+    assert all(len(due) == 2 and due[1] - due[0] == 20 for due in per_table.values()), per_table
+    first = [due[0] for due in per_table.values()]
+    assert len(set(first)) > 10, f"50 tables come due at only {sorted(set(first))}"
