@@ -188,7 +188,9 @@ def test_the_progress_line_keeps_its_fields_and_adds_rate_lag_and_tables() -> No
     line = report.line()
     assert re.match(r"batch: read=1000 changes=900 upserts=800 deletes=100 appends=0 truncates=0 tables=10 "
                     r"commit=0\.00s freshness=- ", line), line
-    assert " rows/s=500 lag=42 touched=db.t0,db.t1,db.t2,db.t3,db.t4,db.t5,db.t6,db.t7,+2" in line
+    assert " rows/s=500 jobs=0.00s+0.00s lag=42 touched=db.t0,db.t1,db.t2,db.t3,db.t4,db.t5,db.t6,db.t7,+2" in line
+    report.read_seconds, report.files_seconds, report.row_deltas, report.merges = 0.5, 0.25, 9, 1
+    assert " jobs=0.50s+0.25s " in report.line() and " row_deltas=9 merges=1" in report.line()
     assert "lag=- touched=-" in BatchReport(rows_read=1).line()
 
 
