@@ -27,9 +27,9 @@ def _produce(broker: LocalProcess, topic: str, partitions: int, per_partition: i
     create_topics(broker.address, [topic], partitions=partitions)
     producer = Producer({"bootstrap.servers": broker.address, "linger.ms": 50})
     seq = 0
-    for b in range(batches):
+    for _ in range(batches):
         for p in range(partitions):
-            for _ in range(per_partition // batches):
+            for _i in range(per_partition // batches):
                 seq += 1
                 row = {"id": seq, "customer": f"c{seq}", "amount": None, "created": None, "day": None}
                 event = ChangeEvent(Operation.CREATE, ORDERS, None, row, SourceInfo("shop", sequence=f"{seq:012d}"))
