@@ -307,6 +307,7 @@ class IcebergTables:
         self._jtables: dict[tuple[str, str], Any] = {}  # Java Table handles (java_table)
         self._catalog_lock = threading.Lock()
         self._deleted_keys: tuple[str, str] | None = None  # its location and schema JSON, once created
+        self._deleted_keys_absent = False  # looked up and not there (see _deleted_keys_exist)
         self._deleted_keys_lock = threading.Lock()
         self._batches = 0  # batches that remembered deleted keys (their table's maintenance cadence)
 
@@ -438,6 +439,7 @@ class IcebergTables:
         handles): read again from the catalog on next use, after a failed write left it in doubt."""
         self._state.clear()
         self._jtables.clear()
+        self._deleted_keys_absent = False
 
     def key_of(self, table: tuple[str, str]) -> tuple[str, ...]:
         """The table's key columns (empty: append-only)."""
@@ -910,7 +912,13 @@ class IcebergTables:
     # -- deleted keys -------------------------------------------------------------------
 
     def _deleted_keys_exist(self) -> bool:
-        return self.deleted_keys_plan(create=False) is not None
+        """Whether the deleted-keys table exists (looked up once: only this sink's deletes are
+        remembered for its tables, and it creates the table on its first delete)."""
+        if self._deleted_keys is None and self._deleted_keys_absent:
+            return False
+        exists = self.deleted_keys_plan(create=False) is not None
+        self._deleted_keys_absent = not exists
+        return exists
 
     def deleted_keys_plan(self, create: bool = True) -> tuple[str, str] | None:
         """The location and Iceberg schema (JSON) of the deleted-keys memory table, created on
@@ -997,12 +1005,16 @@ class IcebergTables:
         deletes = [c for c in changes if c.op == Operation.DELETE and c.key is not None]
         if not deletes or self.deleted_keys_plan() is None:
             return
+        from pyspark.sql import DataFrame
+
         name = self.iceberg_name(table)
-        rows = [(name, key_text(c.key), c.seq) for c in deletes]
+        # JSON text read in the JVM, as the MERGE source (_frame): no Python worker job
+        docs = [orjson.dumps({TABLE_COLUMN: name, KEY_COLUMN: key_text(c.key), SEQ_COLUMN: c.seq}).decode() for c in deletes]
         schema = f"{quote(TABLE_COLUMN)} string, {quote(KEY_COLUMN)} string, {quote(SEQ_COLUMN)} string"
-        self.spark.createDataFrame(rows, schema=schema).selectExpr(
-            "*", f"current_timestamp() AS {quote(DELETED_AT_COLUMN)}"
-        ).writeTo(self.deleted_keys_id()).append()
+        jspark = self.spark._jsparkSession
+        dataset = jspark.createDataset(docs, self.jvm.org.apache.spark.sql.Encoders.STRING())
+        frame = DataFrame(jspark.read().schema(schema).option("mode", "FAILFAST").json(dataset), self.spark)
+        frame.selectExpr("*", f"current_timestamp() AS {quote(DELETED_AT_COLUMN)}").writeTo(self.deleted_keys_id()).append()
 
     def expire_deleted_keys(self) -> None:
         """Forget the deletes recorded more than ``deleted_keys_retention_seconds`` ago, then
@@ -1026,32 +1038,27 @@ class IcebergTables:
         ).collect()
         log.info("maintenance done on %s", side)
 
-    def maybe_maintain_deleted_keys(self) -> bool:
-        """Maintain the deleted-keys memory every ``maintenance.every_batches`` batches that
-        appended to it."""
+    def deleted_keys_maintenance_due(self) -> bool:
+        """Whether the deleted-keys memory is due for maintenance: every
+        ``maintenance.every_batches`` batches that appended to it."""
         m = self.config.maintenance
         if not m.enabled or self._batches == 0 or self._batches % m.every_batches:
             return False
         self._batches += 1  # once per cadence, even if no batch appends before the next check
-        self.expire_deleted_keys()
         return True
 
     # -- maintenance --------------------------------------------------------------------
 
-    def maybe_maintain(self, table: tuple[str, str]) -> bool:
-        """Compact files and expire snapshots every ``maintenance.every_batches`` commits of the
-        table, at a commit count offset per table (its name's hash): tables written by the same
-        micro-batches come due in different ones, so a database of tables is not maintained
-        all at once, stalling its freshness."""
+    def maintenance_due(self, table: tuple[str, str]) -> bool:
+        """Whether the table is due for maintenance: every ``maintenance.every_batches`` commits
+        to it, at a commit count offset per table (its name's hash), so tables written by the
+        same micro-batches come due in different ones."""
         m = self.config.maintenance
         tid = self.table_id(table)
         state = self._state.get(tid)
         if not m.enabled or state is None or state.commits == 0:
             return False
-        if (state.commits + _stagger(tid, m.every_batches)) % m.every_batches:
-            return False
-        self.maintain(table)
-        return True
+        return (state.commits + _stagger(tid, m.every_batches)) % m.every_batches == 0
 
     def maintain(self, table: tuple[str, str]) -> None:
         """Compact the table's data files, fold its delete files into them (position and

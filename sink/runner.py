@@ -45,16 +45,17 @@ from sink.config import SinkConfig, UpsertMode
 from sink.faults import crash_point
 from sink.health import SinkHealth
 from sink.iceberg import IcebergTables, IncompatibleSchemaError, build_spark, local_cores
+from sink.maintenance import DELETED_KEYS, Maintenance
 from sink.plan import Partitions
 from sink.retry import Backoff, describe_failure, failure_reason, is_retried
 from sink.source import Range, TopicPartition, reader_conf, split_tasks
 from sink.tasks import (
     DeletedKeysFile,
-    SummaryList,
     TableFiles,
     TablePlan,
     TableSummary,
     TaskSummary,
+    first_item,
     of_tables,
     read_partition,
     route,
@@ -288,6 +289,14 @@ class MicroBatchSink:
         self._last_read: dict[str, float] = {}  # per topic, when a batch last read it (commit_interval_seconds)
         self._known: set[Table] = set()  # tables whose owner and offsets this process has read
         self._draining = False  # a run with ``once`` found nothing else to do: waiting topics are read now
+        self._maintenance: Maintenance | None = None
+
+    @property
+    def maintenance(self) -> Maintenance:
+        """The background maintenance of the tables (:mod:`sink.maintenance`), made on first use."""
+        if self._maintenance is None:
+            self._maintenance = Maintenance(self.tables, self.spark)
+        return self._maintenance
 
     @property
     def consumer(self) -> Any:
@@ -332,6 +341,8 @@ class MicroBatchSink:
         self.health.stopping = True
 
     def close(self) -> None:
+        if self._maintenance is not None:
+            self._maintenance.close()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
@@ -376,6 +387,9 @@ class MicroBatchSink:
                 # the group join); topics waiting for their commit interval are read first
                 if once and idle_batches >= (2 if summary.batches else 8):
                     if not report.waiting:
+                        if self._maintenance is not None and self._maintenance.pending:
+                            log.info("waiting for the maintenance of %d tables before stopping", self._maintenance.pending)
+                            self._maintenance.drain()
                         break
                     self._draining = True
                     idle_batches = 0
@@ -529,7 +543,6 @@ class MicroBatchSink:
         tasks = split_tasks(batch.ranges, self._tasks(), self.config.max_records_per_batch)
         sc = self.spark.sparkContext
         sc.setJobDescription(f"cdcnorm read: {len(batch.ranges)} ranges")
-        summaries = sc.accumulator([], SummaryList())
         read = functools.partial(
             read_partition,
             conf=reader_conf(self.consumer_conf, self.bootstrap_servers, self.config.group_id),
@@ -537,13 +550,11 @@ class MicroBatchSink:
             # a range ends at its end or where a fetch returns nothing; this is only the
             # bound on a broker that does not answer
             stall_seconds=max(STALL_SECONDS, self.config.poll_timeout_seconds),
-            summaries=summaries,
         )
         batch.rdd = sc.parallelize(tasks, len(tasks)).mapPartitionsWithIndex(read).persist(StorageLevel.MEMORY_AND_DISK)
-        # counted in the JVM: the changes are read, parsed and cached in one pass of the Python
-        # workers, and the tasks' summaries come back with their results (the accumulator)
-        batch.rdd._jrdd.count()
-        done = sorted(summaries.value, key=lambda s: s.index)
+        # each task's summary is the first item of its cached partition: the second pass
+        # unpickles only that, not the changes
+        done = sorted((s for s in batch.rdd.mapPartitions(first_item).collect() if s is not None), key=lambda s: s.index)
         tables, whole = _merged(done)
         for s in done:
             for table in s.tables:
@@ -664,8 +675,8 @@ class MicroBatchSink:
             written = files[table]
             done = tables.commit_files(table, written, self._offsets(table, summary), summary.newest)
             crash_point("between-table-commits")
-            if done:
-                tables.maybe_maintain(table)
+            if done and tables.maintenance_due(table):
+                self.maintenance.submit(table)
             return done
 
         failures: list[Any] = []
@@ -682,7 +693,8 @@ class MicroBatchSink:
             self._account(report, table, batch.tables[table], {
                 "upserts": written.upserts, "deletes": written.deleted, "appends": written.appends, "truncates": 0,
             })
-        tables.maybe_maintain_deleted_keys()
+        if tables.deleted_keys_maintenance_due():
+            self.maintenance.submit(DELETED_KEYS)
         return failures
 
     def _offsets(self, table: Table, summary: TableSummary) -> dict[str, int]:
@@ -715,7 +727,8 @@ class MicroBatchSink:
             table, tbatch, offsets = item
             counts = tables.write_batch(tbatch, offsets)
             crash_point("between-table-commits")
-            tables.maybe_maintain(table)
+            if tables.maintenance_due(table):
+                self.maintenance.submit(table)
             return counts
 
         failures: list[Any] = []

@@ -37,6 +37,7 @@ __all__ = [
     "TablePlan",
     "TableSummary",
     "TaskSummary",
+    "first_item",
     "of_tables",
     "read_partition",
     "route",
@@ -187,16 +188,10 @@ def summarize(items: Iterable[SinkChange | RangeRead | BadRecord], index: int = 
     return out
 
 
-class SummaryList:
-    """The accumulator parameter that brings the read tasks' summaries to the driver: with the
-    read job's results, not in a second pass over the cached changes (``sc.accumulator``)."""
-
-    def zero(self, value: list[TaskSummary]) -> list[TaskSummary]:
-        return []
-
-    def addInPlace(self, value1: list[TaskSummary], value2: list[TaskSummary]) -> list[TaskSummary]:
-        value1.extend(value2)
-        return value1
+def first_item(items: Iterable[Any]) -> list[Any]:
+    """A read task's summary, the first item of its cached partition: only that one is
+    unpickled, not the changes after it."""
+    return [next(iter(items), None)]
 
 
 @dataclass(frozen=True)
@@ -305,24 +300,26 @@ def _data_row(ch: SinkChange, with_op: bool = False) -> dict[str, Any]:
 
 
 def read_partition(
-    index: int, tasks: Iterable[ReadTask], conf: dict[str, Any], registry: Any, stall_seconds: float, summaries: Any
-) -> Iterator[SinkChange]:
+    index: int, tasks: Iterable[ReadTask], conf: dict[str, Any], registry: Any, stall_seconds: float
+) -> Iterator[TaskSummary | SinkChange]:
     """The read job's task: read and parse its ranges (:func:`sink.source.read_task`); yields
-    the changes (cached in the executor for the write job), adds its :class:`TaskSummary` to the
-    ``summaries`` accumulator (:class:`SummaryList`)."""
+    its :class:`TaskSummary` first, then its changes (all cached in the executor: the summary
+    for the driver, :func:`first_item`; the changes for the write job)."""
     parser = parser_for(registry)
     out = TaskSummary(index)
+    changes: list[SinkChange] = []
     for task in tasks:
         for item in read_task(task, conf, parser, stall_seconds):
             out.add(item)
             if isinstance(item, SinkChange):
-                yield item
-    summaries.add([out])
+                changes.append(item)
+    yield out
+    yield from changes
 
 
 def write_partition(
     index: int,
-    changes: Iterable[SinkChange],
+    changes: Iterable[Any],
     tables: dict[int, frozenset[tuple[str, str]]],
     plans: dict[tuple[str, str], TablePlan],
     deleted_keys: tuple[str, str] | None,
@@ -333,7 +330,8 @@ def write_partition(
     own cached partition (``tables[index]``), no shuffle."""
     mine = tables.get(index, frozenset())
     if mine:
-        yield from write_tables(((index, c) for c in changes if c.table in mine), plans, deleted_keys, now)
+        ours = ((index, c) for c in changes if isinstance(c, SinkChange) and c.table in mine)
+        yield from write_tables(ours, plans, deleted_keys, now)
 
 
 def route(slots: dict[tuple[str, str], int], item: Any) -> list[tuple[int, SinkChange]]:

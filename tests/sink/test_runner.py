@@ -211,10 +211,10 @@ class FakeTables:
     def applied_offsets(self, table: tuple[str, str]) -> dict[str, int]:
         return {}
 
-    def maybe_maintain(self, table: tuple[str, str]) -> bool:
+    def maintenance_due(self, table: tuple[str, str]) -> bool:
         return False
 
-    def maybe_maintain_deleted_keys(self) -> bool:
+    def deleted_keys_maintenance_due(self) -> bool:
         return False
 
     def _work(self, name: str) -> None:

@@ -17,11 +17,11 @@ from sink.changes import SinkChange, parse_record
 from sink.source import BadRecord, RangeRead
 from sink.tasks import (
     DeletedKeysFile,
-    SummaryList,
     TableFiles,
     TablePlan,
     TableSummary,
     TaskSummary,
+    first_item,
     seq_class,
     summarize,
     write_partition,
@@ -106,11 +106,11 @@ def test_a_summary_holds_what_the_driver_decides_on() -> None:
     assert orders.offsets[("cdcnorm.shop.orders", 1)] == (4, 7)
 
 
-def test_summaries_travel_as_an_accumulator_of_lists() -> None:
-    param = SummaryList()
-    got = param.addInPlace(param.zero([]), [TaskSummary(0)])
-    got = param.addInPlace(got, [TaskSummary(1)])
-    assert [s.index for s in pickle.loads(pickle.dumps(got))] == [0, 1]
+def test_a_read_partition_yields_its_summary_first() -> None:
+    """The driver takes each cached partition's first item only (first_item)."""
+    summary, *rest = [TaskSummary(4), *_changes(HISTORY)]
+    assert first_item(iter([summary, *rest])) == [summary] and first_item(iter([])) == [None]
+    assert pickle.loads(pickle.dumps(summary)).index == 4
 
 
 def test_sequence_classes() -> None:
