@@ -45,13 +45,7 @@ class CompiledCommits:
     """The commit in one call to the compiled ``CdcnormCommits`` (see the module)."""
 
     def __init__(self, spark: Any) -> None:
-        jvm = spark.sparkContext._jvm
-        source = resources.files("sink.jvm").joinpath(_SOURCE).read_text(encoding="utf-8")
-        compiler = jvm.org.codehaus.janino.SimpleCompiler()
-        # the Iceberg runtime is on Spark's class loader (spark.jars), which py4j's threads use
-        compiler.setParentClassLoader(jvm.java.lang.Thread.currentThread().getContextClassLoader())
-        compiler.cook(_SOURCE, source)
-        self._helper = compiler.getClassLoader().loadClass("CdcnormCommits").newInstance()
+        self._helper = _compiled_helper(spark)
 
     def commit(self, table: tuple[str, str], jt: Any, files: TableFiles, key_ids: list[int], props: dict[str, str]) -> None:
         data, deletes = files.data, files.deletes
@@ -67,6 +61,29 @@ class CompiledCommits:
     def owner(self, jt: Any, key: str) -> str | None:
         value: str | None = self._helper.refreshedProperty(jt, key)
         return value
+
+
+# One compiled helper per JVM (per py4j gateway). py4j caches the methods it reflects by class
+# name, so a second class of the same name (a second sink in one Spark context, compiled again in
+# its own class loader) would be called through the first class's methods and fail with "object
+# is not an instance of declaring class".
+_HELPERS: dict[int, tuple[Any, Any]] = {}
+
+
+def _compiled_helper(spark: Any) -> Any:
+    gateway = spark.sparkContext._gateway
+    cached = _HELPERS.get(id(gateway))
+    if cached is not None and cached[0] is gateway:
+        return cached[1]
+    jvm = spark.sparkContext._jvm
+    source = resources.files("sink.jvm").joinpath(_SOURCE).read_text(encoding="utf-8")
+    compiler = jvm.org.codehaus.janino.SimpleCompiler()
+    # the Iceberg runtime is on Spark's class loader (spark.jars), which py4j's threads use
+    compiler.setParentClassLoader(jvm.java.lang.Thread.currentThread().getContextClassLoader())
+    compiler.cook(_SOURCE, source)
+    helper = compiler.getClassLoader().loadClass("CdcnormCommits").newInstance()
+    _HELPERS[id(gateway)] = (gateway, helper)
+    return helper
 
 
 class Py4jCommits:

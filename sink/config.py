@@ -65,7 +65,15 @@ class MaintenanceConfig(_Strict):
     """Table maintenance cadence and targets."""
 
     enabled: bool = True
-    every_batches: int = Field(20, gt=0, description="Run maintenance on a table every N commits to it.")
+    every_batches: int = Field(
+        100,
+        gt=0,
+        description=(
+            "Maintain a table every N commits to it (in the background, staggered over the tables). A "
+            "table's maintenance costs seconds of Spark work, its row delta tens of milliseconds: with "
+            "hundreds of tables at a short trigger, a small N spends the cluster on maintenance."
+        ),
+    )
     expire_older_than_seconds: int = Field(3600, ge=0)
     retain_last: int = Field(5, ge=3, description="Keep at least this many snapshots (>= 3 keeps the offsets-tagged one).")
     min_input_files: int = Field(5, ge=2, description="rewrite_data_files min-input-files")

@@ -1051,12 +1051,13 @@ class IcebergTables:
 
     def maintenance_due(self, table: tuple[str, str]) -> bool:
         """Whether the table is due for maintenance: every ``maintenance.every_batches`` commits
-        to it, at a commit count offset per table (its name's hash), so tables written by the
-        same micro-batches come due in different ones."""
+        to it (counted in this process, the first time after at least that many), at a commit
+        count offset per table (its name's hash), so tables written by the same micro-batches come
+        due in different ones."""
         m = self.config.maintenance
         tid = self.table_id(table)
         state = self._state.get(tid)
-        if not m.enabled or state is None or state.commits == 0:
+        if not m.enabled or state is None or state.commits < m.every_batches:
             return False
         return (state.commits + _stagger(tid, m.every_batches)) % m.every_batches == 0
 

@@ -66,6 +66,7 @@ def test_both_commit_paths_write_the_same_tables(
 def test_a_helper_that_does_not_compile_falls_back_to_py4j(spark: Any, monkeypatch: pytest.MonkeyPatch,
                                                             caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(commits, "_SOURCE", "NoSuch.java")
+    monkeypatch.setattr(commits, "_HELPERS", {})  # not the helper another test compiled
     with caplog.at_level(logging.WARNING, logger="cdcnorm.sink"):
         made = commits.make_commits(spark)
     assert isinstance(made, commits.Py4jCommits)
@@ -90,3 +91,23 @@ def test_a_longer_history_equals_its_state_on_the_py4j_path(spark: Any, broker: 
         sink.run_batch()
     orders = {r["id"]: r["customer"] for r in spark.table(sink.tables.table_id(("shop", "orders"))).collect()}
     assert orders == {k[0]: row["customer"] for k, row in history.state["orders"].items()}
+
+
+def test_sinks_sharing_a_spark_context_share_one_compiled_helper(spark: Any, broker: ScriptedBroker, tmp_path: Path) -> None:
+    """A second sink in the same JVM reuses the compiled class: py4j caches reflected methods by
+    class name, so a second class of that name would be called through the first one's methods
+    ("object is not an instance of declaring class", seen in CI when several sinks ran in one
+    context)."""
+    first, second = commits.make_commits(spark), commits.make_commits(spark)
+    assert isinstance(first, commits.CompiledCommits) and isinstance(second, commits.CompiledCommits)
+    assert first._helper is second._helper
+    history = resurrection_history()
+    for n in ("shared_a", "shared_b"):
+        config = scripted_config(tmp_path / n, namespace=n, deleted_keys_table=f"{n}_meta.deleted_keys")
+        sink = scripted_sink(spark, config, broker)
+        assert sink.tables is not None
+        for i in range(len(history.batches)):
+            broker.feed(history, i)
+            sink.run_batch()
+        rows = spark.table(sink.tables.table_id(("shop", "orders"))).collect()
+        assert {r["id"] for r in rows} == {k[0] for k in history.state["orders"]}
