@@ -130,13 +130,50 @@ def _run(sink: Any, expect: int) -> Run:
     """Run ``sink`` until it has read ``expect`` records and then finds nothing more."""
     import psutil
 
-    run = Run()
     reports: list[Any] = []
     sink.report = reports.append
     proc = psutil.Process()
     cpu0 = sum(proc.cpu_times()[:2])
     read_all(sink, expect, 600)
-    run.cpu_seconds = sum(proc.cpu_times()[:2]) - cpu0
+    return _summed(reports, sum(proc.cpu_times()[:2]) - cpu0)
+
+
+def _round(records: list[tuple[str, bytes | None, bytes | None]], i: int, rounds: int) -> list[tuple[str, bytes | None, bytes | None]]:
+    """Round ``i`` of ``rounds``: the ``i``-th contiguous share of each topic's records."""
+    by_topic: dict[str, list[tuple[str, bytes | None, bytes | None]]] = {}
+    for r in records:
+        by_topic.setdefault(r[0], []).append(r)
+    out: list[tuple[str, bytes | None, bytes | None]] = []
+    for rs in by_topic.values():
+        share = -(-len(rs) // rounds)
+        out.extend(rs[i * share:(i + 1) * share])
+    return out
+
+
+def _rounds(sink: Any, bootstrap: str, records: list[tuple[str, bytes | None, bytes | None]], rounds: int) -> Run:
+    """``records`` produced in ``rounds`` rounds, a micro-batch after each (a sustained stream;
+    topics waiting for their commit interval are not read); then ``once`` runs read the rest."""
+    import psutil
+
+    reports: list[Any] = []
+    sink.report = reports.append
+    proc = psutil.Process()
+    cpu = 0.0
+    for i in range(rounds):
+        produce_records(bootstrap, _round(records, i, rounds))
+        cpu0 = sum(proc.cpu_times()[:2])
+        report = sink.run_batch()
+        cpu += sum(proc.cpu_times()[:2]) - cpu0
+        if report.rows_read or report.tables:
+            reports.append(report)
+    cpu0 = sum(proc.cpu_times()[:2])
+    read_all(sink, len(records) - sum(r.rows_read for r in reports), 600)
+    cpu += sum(proc.cpu_times()[:2]) - cpu0
+    return _summed(reports, cpu)
+
+
+def _summed(reports: list[Any], cpu_seconds: float) -> Run:
+    run = Run(cpu_seconds=cpu_seconds)
     for r in reports:
         run.changes += r.changes
         run.seconds += r.seconds
@@ -157,24 +194,26 @@ def measure(
     batches: int = 1,
     commit_interval: float = 0.0,
 ) -> Run:
-    """Warm-up (one change per table, creates them), then ``size.changes`` changes, timed, read
-    in ``batches`` micro-batches (``max_records_per_batch``) with ``commit_interval``."""
+    """Warm-up (one change per table, creates them), then ``size.changes`` changes, timed. With
+    ``batches`` 1 they are produced at once and read in one micro-batch; else they arrive in
+    ``batches`` rounds, a micro-batch after each (a sustained stream), and a last ``once`` run
+    reads what waited for its ``commit_interval``."""
     from service.local import create_topics
 
     create_topics(bootstrap, [f"cdcnorm.bench.{layout}_{t:03d}" for t in range(tables)], partitions=1)
     keys = size.keys_per_table * size.tables // tables
     warm = table_records(layout, tables, tables, keys, seed=1)
     timed = table_records(layout, tables, size.changes, keys, seed=1000, first_seq=TIMED_SEQ)
-    # one micro-batch: the sink's default budget (200,000 records) reads them all; else the
-    # records of the changes (deletes bring their tombstones) split into ``batches``
-    max_records = 200_000 if batches == 1 else max(tables, -(-len(timed) // batches))
-    sink = _sink(bootstrap, workdir, layout, f"bench-{layout}", parallelism, max_records, commit_interval)
+    sink = _sink(bootstrap, workdir, layout, f"bench-{layout}", parallelism, 200_000, commit_interval)
     try:
         sink.start()
         produce_records(bootstrap, warm)
         _run(sink, len(warm))
-        produce_records(bootstrap, timed)
-        run = _run(sink, len(timed))
+        if batches == 1:
+            produce_records(bootstrap, timed)
+            run = _run(sink, len(timed))
+        else:
+            run = _rounds(sink, bootstrap, timed, batches)
     finally:
         sink.close()
     print(
@@ -265,9 +304,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"ratio {seq.rate / one.rate:.2f} to 1 table; commit phase {seq.commit_seconds:.1f}s",
             )
         if args.batches > 0:
-            # sustained: the same changes in several micro-batches. Without a commit interval every
-            # batch writes every table (the single-batch many-table cost, per batch); with one as
-            # long as the run, each table is written once, at the end
+            # sustained: the same changes arriving in rounds, a micro-batch after each. Without a
+            # commit interval every batch writes every table it read; with one as long as the
+            # run, the topics wait in Kafka and each table is written once, at the end
             one_b = measure(broker.address, workdir, "oneb", 1, size, args.parallelism, args.batches)
             waited = measure(broker.address, workdir, "waited", size.tables, size, args.parallelism, args.batches, INTERVAL)
             report.info(

@@ -363,6 +363,7 @@ class MicroBatchSink:
         idle_batches = 0
         began = time.monotonic()
         self._next_batch = None
+        self._draining = False  # a previous run's drain is over: topics wait for their interval again
         try:
             while not self._stop:
                 try:
