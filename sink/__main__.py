@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from sink.main import run_sink
@@ -15,8 +16,11 @@ def main() -> int:
     parser.add_argument("--config", required=True)
     parser.add_argument("--once", action="store_true")
     parser.add_argument("--max-batches", type=int, default=None)
+    parser.add_argument("--log-level", default=os.environ.get("CDCNORM_LOG_LEVEL", "INFO"),
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
+                        help="default: $CDCNORM_LOG_LEVEL or INFO")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         return run_sink(args.config, once=args.once, max_batches=args.max_batches)
     except (ConfigError, MissingExtraError) as exc:

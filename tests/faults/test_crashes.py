@@ -189,7 +189,7 @@ def test_sink_sigkill_at_five_points_matches_a_crash_free_run(crash_run: CrashRu
     warehouse = run.tmp / "warehouse-b"
     config_b = sink_config(run.tmp / "sink-b.yaml", kafka_bootstrap, run.pattern, f"{run.prefix}-sink-b",
                            warehouse, max_records_per_batch=per_batch,
-                           maintenance={"every_batches": 3, "expire_older_than_seconds": 0})
+                           maintenance={"every_batches": 1, "expire_older_than_seconds": 0})
     rnd = random.Random(SEED + 1)
     read_before_final = 0
     for label, env in SINK_CRASHES:

@@ -100,6 +100,32 @@ def test_a_capped_range_takes_the_budget_the_others_left(broker: LocalProcess, o
     assert all(r.exhausted for r in reads.values()) and len(changes) == 80
 
 
+def test_a_range_is_exhausted_only_where_a_fetch_returned_nothing(broker: LocalProcess) -> None:
+    """A planned end below the partition's end (a wrong or stale watermark) does not end the
+    range: with small fetches, the records past it arrive in later fetches, and the range reads
+    on to the fetch that returns nothing."""
+    topic = "src.small-fetches"
+    _produce(broker, topic, partitions=1, per_partition=60, batches=60)
+    items = list(read_task(ReadTask((Range(topic, 0, 0, 30),), 10_000),
+                           reader_conf({"max.partition.fetch.bytes": 512, "fetch.max.bytes": 1000, "message.max.bytes": 1000},
+                                       broker.address, "t"),
+                           parser_for(None), STALL))
+    changes = [i for i in items if isinstance(i, SinkChange)]
+    (read,) = [i for i in items if isinstance(i, RangeRead)]
+    assert [c.offset for c in changes] == list(range(60))
+    assert read.exhausted and read.next_offset == 60
+
+
+def test_a_budget_that_runs_out_at_the_planned_end_leaves_the_range_open(broker: LocalProcess, orders: str) -> None:
+    """Tansu's watermark of partition 0 is 41, inside its last batch (40-59): a budget that ends
+    there is no end of the partition, and the next plan must read it again."""
+    changes, reads, _ = _read(broker, ReadTask((Range(orders, 0, 0, 41),), 41))
+    assert _offsets(changes)[(orders, 0)] == list(range(41))
+    assert reads[(orders, 0)].next_offset == 41 and not reads[(orders, 0)].exhausted
+    changes, reads, _ = _read(broker, ReadTask((Range(orders, 0, 41, 42),), 100))
+    assert _offsets(changes)[(orders, 0)] == list(range(41, 60)) and reads[(orders, 0)].exhausted
+
+
 def test_records_that_are_not_changes_are_reported_and_the_rest_is_read(broker: LocalProcess) -> None:
     create_topics(broker.address, ["src.mixed"], partitions=1)
     producer = Producer({"bootstrap.servers": broker.address})
