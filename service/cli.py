@@ -538,11 +538,15 @@ def sink(
     config: Annotated[Path, typer.Option("--config", "-c", help="Pipeline YAML with a `sink:` section.")],
     once: Annotated[bool, typer.Option("--once", help="Drain the topics, then stop.")] = False,
     max_batches: Annotated[int | None, typer.Option("--max-batches", help="Stop after N non-empty batches.")] = None,
+    log_level: Annotated[str, typer.Option("--log-level", envvar="CDCNORM_LOG_LEVEL",
+                                           help="DEBUG shows each micro-batch's ranges as read.")] = "INFO",
 ) -> None:
     """Run the PySpark micro-batch sink: normalized topics into Iceberg tables."""
     from sink.main import run_sink
 
-    configure_logging("INFO")
+    if log_level.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise typer.BadParameter(f"{log_level!r}: one of DEBUG, INFO, WARNING, ERROR", param_hint="--log-level")
+    configure_logging(log_level.upper())
     try:
         code = run_sink(config, once=once, max_batches=max_batches)
     except ConfigError as exc:
