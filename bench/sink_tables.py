@@ -20,7 +20,12 @@ against a baseline of the same run (issue 16, "tables scale" and "per-record wor
    driver's Spark planning of those days, so the baseline is low, not high. Ratio: now / then,
    **target <= 0.2** (at least 5x less).
 
-Run: ``python -m bench.sink_tables [--size tiny|small|full] [--parallelism N]``.
+3. **Sustained** (information, ``--batches N``, default 10): the same changes arriving in ``N``
+   rounds with a micro-batch after each, over 1 table, and over the many tables with a
+   ``commit_interval_seconds`` longer than the run (their topics wait in Kafka; ``once`` reads
+   them at the end): the interval's fewer, larger commits.
+
+Run: ``python -m bench.sink_tables [--size tiny|small|full] [--parallelism N] [--batches N]``.
 Small: 20,000 changes over 100 tables (200 each) against 1 table; tiny: 1,000 over 10.
 """
 
