@@ -245,6 +245,7 @@ def read_task(
                 if tp in capped:
                     continue  # fetched before its pause: read from next_offset again
                 offset = msg.offset()
+                ended.discard(tp)  # a record after its EOF: newer ones arrived, the end is unknown again
                 read += 1
                 counts[tp] += 1
                 next_offset[tp] = offset + 1
