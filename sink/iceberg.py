@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime as dt
 import glob
 import logging
 import math
@@ -49,6 +50,8 @@ from sink.tasks import (
     TABLE_COLUMN,
     TS_COLUMN,
     TableFiles,
+    deleted_key_rows,
+    deleted_keys_file,
     seq_class,
 )
 from sink.types import ColumnSpec, widening
@@ -309,6 +312,7 @@ class IcebergTables:
         self._deleted_keys: tuple[str, str] | None = None  # its location and schema JSON, once created
         self._deleted_keys_absent = False  # looked up and not there (see _deleted_keys_exist)
         self._deleted_keys_lock = threading.Lock()
+        self._remember_lock = threading.Lock()
         self._batches = 0  # batches that remembered deleted keys (their table's maintenance cadence)
 
     # -- naming -----------------------------------------------------------------------
@@ -999,22 +1003,23 @@ class IcebergTables:
 
     def _remember_deletes(self, table: tuple[str, str], state: _TableState, changes: list[SinkChange]) -> None:
         """Append the key and sequence of every delete of the batch to the deleted-keys memory
-        (created on the first delete): an append, no row-level delete, one small commit."""
+        (created on the first delete): a Parquet file written here and one small append commit,
+        as the write tasks' files are (no Spark job)."""
         if not state.key:
             return
         deletes = [c for c in changes if c.op == Operation.DELETE and c.key is not None]
-        if not deletes or self.deleted_keys_plan() is None:
+        if not deletes:
             return
-        from pyspark.sql import DataFrame
-
-        name = self.iceberg_name(table)
-        # JSON text read in the JVM, as the MERGE source (_frame): no Python worker job
-        docs = [orjson.dumps({TABLE_COLUMN: name, KEY_COLUMN: key_text(c.key), SEQ_COLUMN: c.seq}).decode() for c in deletes]
-        schema = f"{quote(TABLE_COLUMN)} string, {quote(KEY_COLUMN)} string, {quote(SEQ_COLUMN)} string"
-        jspark = self.spark._jsparkSession
-        dataset = jspark.createDataset(docs, self.jvm.org.apache.spark.sql.Encoders.STRING())
-        frame = DataFrame(jspark.read().schema(schema).option("mode", "FAILFAST").json(dataset), self.spark)
-        frame.selectExpr("*", f"current_timestamp() AS {quote(DELETED_AT_COLUMN)}").writeTo(self.deleted_keys_id()).append()
+        memory = self.deleted_keys_plan()
+        if memory is None:
+            return
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        try:
+            file = deleted_keys_file(memory, deleted_key_rows(self.iceberg_name(table), deletes, now))
+        except OSError as exc:
+            raise TableWriteError(self.config.deleted_keys_table, exc) from exc
+        with self._remember_lock:  # tables MERGEd in parallel: their appends one at a time
+            self.remember_deleted_keys([file])
 
     def expire_deleted_keys(self) -> None:
         """Forget the deletes recorded more than ``deleted_keys_retention_seconds`` ago, then
@@ -1283,6 +1288,4 @@ def _fold(newest: dict[str, str], seqs: Any) -> None:
 
 
 def _older_than(seconds: int) -> str:
-    import datetime as dt
-
     return (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S")

@@ -267,10 +267,7 @@ def write_tables(
                 key_schema = select(schema, plan.key)
                 dels = write_parquet(to_arrow_table(key_schema, keys), new_data_path(plan.location, "eq-deletes")) if keys else None
                 deletes = [c for c in batch.changes if c.op is Operation.DELETE]
-                remembered += [
-                    {TABLE_COLUMN: plan.table_id, KEY_COLUMN: key_text(c.key), SEQ_COLUMN: c.seq, DELETED_AT_COLUMN: now}
-                    for c in deletes if c.key is not None
-                ]
+                remembered += deleted_key_rows(plan.table_id, deletes, now)
                 yield TableFiles(
                     table, data, dels, upserts=len(rows), deleted=len(deletes), unkeyed=len(batch.appends),
                     skipped_applied=skipped.get(table, 0),
@@ -282,9 +279,24 @@ def write_tables(
         except Unrepresentable as exc:
             yield TableFiles(table, fallback=str(exc), skipped_applied=skipped.get(table, 0))
     if deleted_keys is not None and remembered:
-        location, schema_json = deleted_keys
-        memory = write_parquet(to_arrow_table(arrow_schema(schema_json), remembered), new_data_path(location, "data"))
-        yield DeletedKeysFile(memory, len(remembered))
+        yield deleted_keys_file(deleted_keys, remembered)
+
+
+def deleted_key_rows(table_id: str, deletes: Iterable[SinkChange], now: dt.datetime) -> list[dict[str, Any]]:
+    """The deleted-keys memory's rows of these deletes of the table ``table_id``."""
+    return [
+        {TABLE_COLUMN: table_id, KEY_COLUMN: key_text(c.key), SEQ_COLUMN: c.seq, DELETED_AT_COLUMN: now}
+        for c in deletes if c.key is not None
+    ]
+
+
+def deleted_keys_file(deleted_keys: tuple[str, str], rows: list[dict[str, Any]]) -> DeletedKeysFile:
+    """``rows`` (:func:`deleted_key_rows`) as a Parquet data file of the deleted-keys memory table
+    (its location and schema JSON), to commit with ``IcebergTables.remember_deleted_keys``."""
+    from sink.arrow import arrow_schema, new_data_path, to_arrow_table, write_parquet
+
+    location, schema_json = deleted_keys
+    return DeletedKeysFile(write_parquet(to_arrow_table(arrow_schema(schema_json), rows), new_data_path(location, "data")), len(rows))
 
 
 def _data_row(ch: SinkChange, with_op: bool = False) -> dict[str, Any]:
