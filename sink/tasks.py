@@ -43,7 +43,6 @@ __all__ = [
     "route",
     "seq_class",
     "slot",
-    "summarize",
     "write_partition",
     "write_tables",
 ]
@@ -178,14 +177,6 @@ class TaskSummary:
 
 
 _BAD_KEPT = 20
-
-
-def summarize(items: Iterable[SinkChange | RangeRead | BadRecord], index: int = 0) -> TaskSummary:
-    """The summary of one read task's output."""
-    out = TaskSummary(index)
-    for item in items:
-        out.add(item)
-    return out
 
 
 def first_item(items: Iterable[Any]) -> list[Any]:

@@ -23,7 +23,6 @@ from sink.tasks import (
     TaskSummary,
     first_item,
     seq_class,
-    summarize,
     write_partition,
     write_tables,
 )
@@ -88,8 +87,9 @@ HISTORY = [
 
 def test_a_summary_holds_what_the_driver_decides_on() -> None:
     changes = _changes(HISTORY)
-    summary = summarize([*changes, RangeRead("cdcnorm.shop.orders", 0, 0, 9, 9, True),
-                         BadRecord("cdcnorm.shop.orders", 0, 8, "not JSON")], index=3)
+    summary = TaskSummary(3)  # as read_partition adds each item a read task yields
+    for item in [*changes, RangeRead("cdcnorm.shop.orders", 0, 0, 9, 9, True), BadRecord("cdcnorm.shop.orders", 0, 8, "not JSON")]:
+        summary.add(item)
     assert summary.index == 3 and summary.bad_count == 1 and len(summary.reads) == 1
     orders = summary.tables[("shop", "orders")]
     assert orders.changes == 4 and orders.key_columns == ("id",)
