@@ -975,16 +975,17 @@ class IcebergTables:
         from sink.datafiles import TableFiles
 
         ns, name = self.config.deleted_keys_table.rsplit(".", 1)
-        try:
-            jt = self.java_table((ns, name), refresh=False)  # its only writer is this sink (a retry refreshes)
-            entries = TableFiles(self.jvm, jt)
-            append = jt.newAppend()
-            for f in files:
-                append = append.appendFile(entries.data_file(f.file))
-            append.commit()
-        except (Py4JError, PySparkException, OSError) as exc:
-            raise TableWriteError(self.config.deleted_keys_table, exc) from exc
-        self._batches += 1
+        with self._remember_lock:  # MERGEd tables remember theirs from the table pool: one append at a time
+            try:
+                jt = self.java_table((ns, name), refresh=False)  # its only writer is this sink (a retry refreshes)
+                entries = TableFiles(self.jvm, jt)
+                append = jt.newAppend()
+                for f in files:
+                    append = append.appendFile(entries.data_file(f.file))
+                append.commit()
+            except (Py4JError, PySparkException, OSError) as exc:
+                raise TableWriteError(self.config.deleted_keys_table, exc) from exc
+            self._batches += 1
 
     def _may_be_superseded(self, state: _TableState, changes: list[SinkChange]) -> bool:
         """Whether a remembered delete (of an earlier batch) can supersede one of ``changes``:
@@ -1018,8 +1019,7 @@ class IcebergTables:
             file = deleted_keys_file(memory, deleted_key_rows(self.iceberg_name(table), deletes, now))
         except OSError as exc:
             raise TableWriteError(self.config.deleted_keys_table, exc) from exc
-        with self._remember_lock:  # tables MERGEd in parallel: their appends one at a time
-            self.remember_deleted_keys([file])
+        self.remember_deleted_keys([file])
 
     def expire_deleted_keys(self) -> None:
         """Forget the deletes recorded more than ``deleted_keys_retention_seconds`` ago, then
