@@ -13,9 +13,10 @@ from sink.maintenance import DELETED_KEYS, Maintenance
 
 
 class Tables:
-    def __init__(self, seconds: float = 0.05, fail: frozenset[str] = frozenset()) -> None:
+    def __init__(self, seconds: float = 0.05, fail: frozenset[str] = frozenset(), gate: threading.Event | None = None) -> None:
         self.seconds = seconds
         self.fail = fail
+        self.gate = gate  # set: maintenance may start (the test queues its tables first)
         self.done: list[str] = []
         self.threads: set[str] = set()
         self.running = 0
@@ -28,6 +29,8 @@ class Tables:
             self.most = max(self.most, self.running)
             self.threads.add(threading.current_thread().name)
         try:
+            if self.gate is not None:
+                assert self.gate.wait(5)
             time.sleep(self.seconds)
             if table[1] in self.fail:
                 raise RuntimeError(f"{table[1]}: ValidationException: found new position deletes")
@@ -41,13 +44,17 @@ class Tables:
 
 
 def test_due_tables_are_maintained_in_the_background_one_at_a_time() -> None:
-    tables = Tables()
+    gate = threading.Event()
+    tables = Tables(gate=gate)
     maintenance = Maintenance(tables)
     started = time.monotonic()
-    for name in ("a", "b", "a", "c"):  # a table already queued is not queued twice
+    # "a" may be taken by the thread at once (then it waits at the gate); "b" is queued while
+    # "a" is, whatever the thread does: a table already queued is not queued twice
+    for name in ("a", "b", "c", "b"):
         maintenance.submit(("db", name))
     maintenance.submit(DELETED_KEYS)
     assert time.monotonic() - started < 0.05, "submit waited for the maintenance"
+    gate.set()
     assert maintenance.drain(5)
     assert tables.done == ["a", "b", "c", "deleted-keys"] and tables.most == 1
     assert tables.threads == {"cdcnorm-maintenance"}
