@@ -32,6 +32,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -313,6 +314,7 @@ class IcebergTables:
         self._deleted_keys_absent = False  # looked up and not there (see _deleted_keys_exist)
         self._deleted_keys_lock = threading.Lock()
         self._remember_lock = threading.Lock()
+        self._rememberer: ThreadPoolExecutor | None = None  # the MERGE path's deleted-keys appends
         self._batches = 0  # batches that remembered deleted keys (their table's maintenance cadence)
 
     # -- naming -----------------------------------------------------------------------
@@ -735,26 +737,42 @@ class IcebergTables:
             batch = _after_truncate(batch, truncated[0])
         # the batch's deletes are remembered first, in their own commit: a crash before the
         # table's commit leaves markers that only say what is true (the key was deleted at that
-        # sequence); the batch is read again and applied as before
+        # sequence); the batch is read again and applied as before. The append runs in the
+        # background while the MERGE's source is built, and every write of the table waits for it.
         consult = self._may_be_superseded(state, batch.changes)  # by an earlier batch's delete
-        self._remember_deletes(batch.table, state, batch.changes)
+        remembered = self._remember_deletes_async(batch.table, state, batch.changes)
+
+        def remembered_first() -> None:
+            if remembered is not None:
+                remembered.result()
 
         def work() -> None:
             crash_point("mid-merge")
             if batch.truncate:
+                remembered_first()
                 self.spark.sql(_truncate_sql(tid, batch.truncate_seq))
                 counts["truncates"] = 1
             if batch.changes:
-                self._merge(tid, state, batch.changes, counts, deleted_keys=self.iceberg_name(batch.table) if consult else None)
+                deleted_keys = self.iceberg_name(batch.table) if consult else None
+                self._merge(tid, state, batch.changes, counts, deleted_keys=deleted_keys, before_write=remembered_first)
             if batch.appends and state.key:
                 # a change whose key is unknown (e.g. a delete whose key column was absent)
                 # cannot be applied to a keyed table; it is counted and logged, not guessed
                 counts["unkeyed"] = len(batch.appends)
                 log.warning("table %s: %d changes without a key skipped (the table is keyed)", tid, len(batch.appends))
             elif batch.appends:
+                remembered_first()
                 self._append(tid, state, batch.appends)
                 counts["appends"] = len(batch.appends)
-        self._with_commit_properties(props, work)
+        try:
+            self._with_commit_properties(props, work)
+        except BaseException:
+            # never leave the append running past the batch (a retry would race it)
+            if remembered is not None:
+                with contextlib.suppress(Exception):
+                    remembered.result()
+            raise
+        remembered_first()  # already done unless the batch wrote nothing; its failure is raised
         self._committed(state, props, truncated)
         return counts
 
@@ -859,10 +877,12 @@ class IcebergTables:
         changes: list[SinkChange],
         counts: dict[str, int],
         deleted_keys: str | None = None,
+        before_write: Callable[[], None] | None = None,
     ) -> None:
         """MERGE the batch's changes; with ``deleted_keys`` (the table's name in the deleted-keys
         memory), a change that is not a delete and is not newer than a remembered delete of its
-        key is left out of the source."""
+        key is left out of the source. ``before_write`` is called once the source is built,
+        right before the MERGE runs (it waits for the batch's deleted keys to be committed)."""
         key = state.key or changes[-1].key_columns
         # the columns some change of the batch did not carry (partial images): an update keeps
         # their stored value where its change lacks them, or where the value was filled from an
@@ -896,6 +916,8 @@ class IcebergTables:
         sets.append(f"t.{quote(SEQ_COLUMN)} = s.{quote(SEQ_COLUMN)}")
         sets.append(f"t.{quote(TS_COLUMN)} = s.{quote(TS_COLUMN)}")
         insert_cols = [*state.columns, SEQ_COLUMN, TS_COLUMN]
+        if before_write is not None:
+            before_write()
         self.spark.sql(
             f"MERGE INTO {tid} t USING {view} s ON {on} "
             f"WHEN MATCHED AND s.{quote(OP_COLUMN)} = {_DELETE} AND {not_older} THEN DELETE "
@@ -1001,6 +1023,18 @@ class IcebergTables:
             c.op != Operation.DELETE and (newest is None or c.seq <= newest.get(seq_class(c.seq), ""))
             for c in changes
         )
+
+    def _remember_deletes_async(self, table: tuple[str, str], state: _TableState, changes: list[SinkChange]) -> Future[None] | None:
+        """:meth:`_remember_deletes` in a background thread (one for the sink: the appends take
+        turns anyway); ``None`` when the batch has nothing to remember."""
+        if not state.key or not any(c.op == Operation.DELETE and c.key is not None for c in changes):
+            return None
+        if self.deleted_keys_plan() is None:
+            return None
+        with self._remember_lock:
+            if self._rememberer is None:
+                self._rememberer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdcnorm-deleted-keys")
+        return self._rememberer.submit(self._remember_deletes, table, state, changes)
 
     def _remember_deletes(self, table: tuple[str, str], state: _TableState, changes: list[SinkChange]) -> None:
         """Append the key and sequence of every delete of the batch to the deleted-keys memory
