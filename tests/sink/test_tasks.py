@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import pickle
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -183,3 +184,18 @@ def test_a_write_task_without_a_shuffle_writes_only_its_own_tables(tmp_path: Pat
 @pytest.mark.parametrize("item", [RangeRead("t", 0, 0, 1, 1, True), BadRecord("t", 0, 0, "x")])
 def test_what_the_read_tasks_report_pickles(item: Any) -> None:
     assert pickle.loads(pickle.dumps(item)) == item
+
+
+def test_a_change_pickles_to_an_equal_change_with_every_field() -> None:
+    # changes travel from the read job's cache to the write tasks; SinkChange pickles itself as a
+    # flat tuple (SinkChange.__reduce__), which must carry every field
+    (plain,) = _changes(HISTORY[:1])
+    partial = replace(plain, unavailable=frozenset({"customer"}), filled={"amount": "s0007"}, ts_ms=None, key=None)
+    for change in (plain, partial):
+        again = pickle.loads(pickle.dumps(change))
+        assert again == change and again.filled == change.filled and again.op is change.op
+        assert all(getattr(again, f) == getattr(change, f) for f in SinkChange.__dataclass_fields__)
+    assert len(pickle.loads(pickle.dumps(plain)).__reduce__()[1]) == len(SinkChange.__dataclass_fields__)
+    # two changes without filled values do not come back sharing one dict
+    a, b = pickle.loads(pickle.dumps([plain, replace(plain, offset=plain.offset + 1)]))
+    assert a.filled == b.filled == {} and a.filled is not b.filled
