@@ -116,7 +116,9 @@ def test_sink_merge_bench(tmp_path: Path) -> None:
     result = _run_bench("sink_merge", tmp_path, "--workdir", str(tmp_path / "work"), timeout=420)
     _assert_measured(result, "sink_merge")
     names = {r["name"] for r in result["ratios"]}
-    assert {"merge changes/s", "sink driver RSS", "freshness p50", "freshness p95"} <= names
+    assert {"merge changes/s", "row-delta upsert changes/s", "sink driver RSS", "freshness p50", "freshness p95"} <= names
+    infos = {i["name"]: i["value"] for i in result["infos"]}
+    assert infos["rows in row-delta table"] == infos["rows in merged table"]  # the same history, both paths
 
 
 @pytest.mark.integration
@@ -136,6 +138,19 @@ def test_sink_freshness_bench(tmp_path: Path) -> None:
     infos = {i["name"]: i["value"] for i in result["infos"]}
     assert infos["changes committed"] == result["params"]["changes"] > 0  # every change reached a commit
     assert infos["micro-batches"] >= 1
+
+
+@pytest.mark.integration
+@pytest.mark.spark
+def test_sink_parse_bench(tmp_path: Path) -> None:
+    result = _run_bench("sink_parse", tmp_path, timeout=300)
+    _assert_measured(result, "sink_parse")
+    (ratio,) = result["ratios"]
+    assert ratio["name"] == "from_json parse records/s" and ratio["target"] is None
+    infos = {i["name"]: i["value"] for i in result["infos"]}
+    assert infos["records"] == result["params"]["records"] > 0
+    assert infos["Python RecordParser"] > 0 and infos["JVM from_json"] > 0
+    assert str(infos["agreement check"]).endswith("changes equal")  # the script fails when the parses differ
 
 
 @pytest.mark.integration
