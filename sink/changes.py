@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import io
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
@@ -97,6 +98,7 @@ class SinkChange:
 
 
 _OPERATIONS = {op.value: op for op in Operation}
+_SEQ = operator.attrgetter("seq")
 _NOTHING_UNAVAILABLE: frozenset[str] = frozenset()
 
 
@@ -448,7 +450,7 @@ def compact(changes: Iterable[SinkChange]) -> dict[tuple[str, str], TableBatch]:
     """
     batches: dict[tuple[str, str], TableBatch] = {}
     latest: dict[tuple[str, str], dict[tuple[Any, ...], SinkChange]] = {}
-    for change in sorted(changes, key=lambda c: c.seq):
+    for change in sorted(changes, key=_SEQ):
         batch = batches.get(change.table)
         if batch is None:
             batch = batches[change.table] = TableBatch(change.table)

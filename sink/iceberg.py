@@ -24,6 +24,7 @@ import datetime as dt
 import glob
 import logging
 import math
+import operator
 import os
 import re
 import struct
@@ -78,6 +79,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("cdcnorm.sink")
+_SEQ = operator.attrgetter("seq")
 
 OFFSETS_PROPERTY = "cdcnorm.offsets"
 # the table's last truncate, {"seq": ..., "at": epoch ms}, carried in every commit's summary while
@@ -1019,6 +1021,10 @@ class IcebergTables:
         if not state.key or not self._deleted_keys_exist():
             return False
         newest = state.newest
+        if newest is not None and changes:
+            oldest = min(map(_SEQ, changes))
+            if oldest.startswith("s") and oldest > newest.get("s", ""):
+                return False  # the usual case, at C speed: source sequences ("s" sorts after "k"), all newer
         return any(
             c.op != Operation.DELETE and (newest is None or c.seq <= newest.get(seq_class(c.seq), ""))
             for c in changes

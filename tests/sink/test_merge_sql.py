@@ -132,6 +132,8 @@ def test_the_memory_is_consulted_only_for_changes_a_remembered_delete_can_supers
     state = ice._TableState(dict(COLUMNS), ("id",), newest={"s": "s0005"})
     assert not tables._may_be_superseded(state, [_change(6), _change(7)])
     assert tables._may_be_superseded(state, [_change(5), _change(9)])  # seq 5: deleted at 5 is not older
+    assert tables._may_be_superseded(state, [_change(9), _change(3, "d"), _change(4)])  # the oldest is not the first
+    assert not tables._may_be_superseded(state, [_change(9), _change(3, "d")])  # an old delete alone needs no lookup
     assert not tables._may_be_superseded(state, [_change(2, "d")])  # deletes only
     state.newest = {}  # nothing given to the table yet
     assert not tables._may_be_superseded(state, [_change(1)])
