@@ -25,7 +25,7 @@ import orjson
 
 from sink.tasks import TableFiles
 
-__all__ = ["Commits", "CompiledCommits", "Py4jCommits", "make_commits"]
+__all__ = ["Commits", "CompiledCommits", "Py4jCommits", "compiled_class", "in_this_thread", "make_commits"]
 
 log = logging.getLogger("cdcnorm.sink")
 
@@ -63,10 +63,31 @@ class CompiledCommits:
         return value
 
 
-# One compiled helper per JVM (per py4j gateway). py4j caches the methods it reflects by class
-# name, so a second class of the same name (a second sink in one Spark context, compiled again in
-# its own class loader) would be called through the first class's methods and fail with "object
-# is not an instance of declaring class".
+# One compiled class per JVM (per py4j gateway) and source file. py4j caches the methods it reflects
+# by class name, so a second class of the same name (a second sink in one Spark context, compiled
+# again in its own class loader) would be called through the first class's methods and fail with
+# "object is not an instance of declaring class".
+_COMPILED: dict[tuple[int, str], tuple[Any, Any]] = {}
+
+
+def compiled_class(spark: Any, source: str) -> Any:
+    """The Java class of ``sink/jvm/<source>`` (named as the file), compiled by Janino once per
+    JVM; its class loader is ``cls.getClassLoader()``. Raises what Janino raises."""
+    gateway = spark.sparkContext._gateway
+    cached = _COMPILED.get((id(gateway), source))
+    if cached is not None and cached[0] is gateway:
+        return cached[1]
+    jvm = spark.sparkContext._jvm
+    text = resources.files("sink.jvm").joinpath(source).read_text(encoding="utf-8")
+    compiler = jvm.org.codehaus.janino.SimpleCompiler()
+    # the Iceberg runtime is on Spark's class loader (spark.jars), which py4j's threads use
+    compiler.setParentClassLoader(jvm.java.lang.Thread.currentThread().getContextClassLoader())
+    compiler.cook(source, text)
+    cls = compiler.getClassLoader().loadClass(source.removesuffix(".java"))
+    _COMPILED[(id(gateway), source)] = (gateway, cls)
+    return cls
+
+
 _HELPERS: dict[int, tuple[Any, Any]] = {}
 
 
@@ -75,13 +96,7 @@ def _compiled_helper(spark: Any) -> Any:
     cached = _HELPERS.get(id(gateway))
     if cached is not None and cached[0] is gateway:
         return cached[1]
-    jvm = spark.sparkContext._jvm
-    source = resources.files("sink.jvm").joinpath(_SOURCE).read_text(encoding="utf-8")
-    compiler = jvm.org.codehaus.janino.SimpleCompiler()
-    # the Iceberg runtime is on Spark's class loader (spark.jars), which py4j's threads use
-    compiler.setParentClassLoader(jvm.java.lang.Thread.currentThread().getContextClassLoader())
-    compiler.cook(_SOURCE, source)
-    helper = compiler.getClassLoader().loadClass("CdcnormCommits").newInstance()
+    helper = compiled_class(spark, _SOURCE).newInstance()
     _HELPERS[id(gateway)] = (gateway, helper)
     return helper
 
@@ -106,6 +121,7 @@ class Py4jCommits:
                 write = write.addRows(entries.data_file(files.data))
         else:
             write = jt.newAppend().appendFile(entries.data_file(files.data))
+        write = write.scanManifestsWith(in_this_thread(self._jvm))
         for k, v in props.items():
             write = write.set(k, v)
         write.commit()
@@ -114,6 +130,13 @@ class Py4jCommits:
         jt.refresh()
         value: str | None = jt.properties().get(key)
         return value
+
+
+def in_this_thread(jvm: Any) -> Any:
+    """An executor that runs what it is given in the calling thread, for an Iceberg commit's
+    ``scanManifestsWith``: on Iceberg's worker pool the commit waits for its manifest scans in
+    steps of 10 ms (``Tasks.waitFor``), most of a small table's commit (see CdcnormCommits.java)."""
+    return jvm.org.apache.iceberg.relocated.com.google.common.util.concurrent.MoreExecutors.newDirectExecutorService()
 
 
 def make_commits(spark: Any, compiled: bool = True) -> Commits:

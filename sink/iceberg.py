@@ -42,6 +42,7 @@ import orjson
 
 from service.extras import require_extras
 from sink.changes import SinkChange, TableBatch, key_text
+from sink.commits import in_this_thread
 from sink.config import JarSource, SinkConfig, WriteMode
 from sink.faults import crash_point
 from sink.tasks import (
@@ -237,7 +238,32 @@ def build_spark(config: SinkConfig) -> SparkSession:
     logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per callback (MERGE commit properties)
     if "://" not in config.catalog.warehouse or config.catalog.warehouse.startswith("file:"):
         _no_checksum_files(spark)
+        if not any(k.startswith(("spark.hadoop.fs.file.", f"spark.sql.catalog.{config.catalog.name}.hadoop.fs.file."))
+                   for k in config.spark_conf):  # the user's own choice of local file system stands
+            _local_file_system_without_forks(spark)
     return spark
+
+
+def _local_file_system_without_forks(spark: SparkSession) -> None:
+    """A warehouse on a local disk: ``file:`` paths go through
+    ``sink/jvm/CdcnormLocalFileSystem.java``, Hadoop's raw local file system setting permissions
+    through ``java.nio``, where Hadoop's own forks a ``chmod`` for every file and directory it
+    creates when its native library is absent (as in the pip pyspark): about ten processes per
+    Iceberg commit, much of a small table's commit time on the 2-core machines here. Compiled by
+    Janino like the commit helper and put in Hadoop's file system cache of this JVM (the driver's;
+    local executors share it); if that fails, Hadoop's own stays (said in a warning)."""
+    from sink.commits import compiled_class
+
+    jsc = spark._jsc
+    assert jsc is not None
+    try:
+        cls = compiled_class(spark, "CdcnormLocalFileSystem.java")
+        installed = cls.newInstance().installAsLocal(jsc.hadoopConfiguration())
+        if installed.getClass().getName() != cls.getName():
+            raise RuntimeError(f"the cache still gives {installed.getClass().getName()}")
+    except Exception as exc:
+        log.warning("the local file system without chmod processes is not available (%s: %s); Hadoop's own is used",
+                    type(exc).__name__, (str(exc).splitlines() or [""])[0][:300])
 
 
 def _no_checksum_files(spark: SparkSession) -> None:
@@ -1003,7 +1029,7 @@ class IcebergTables:
             try:
                 jt = self.java_table((ns, name), refresh=False)  # its only writer is this sink (a retry refreshes)
                 entries = TableFiles(self.jvm, jt)
-                append = jt.newAppend()
+                append = jt.newAppend().scanManifestsWith(in_this_thread(self.jvm))
                 for f in files:
                     append = append.appendFile(entries.data_file(f.file))
                 append.commit()

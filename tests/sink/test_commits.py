@@ -111,3 +111,26 @@ def test_sinks_sharing_a_spark_context_share_one_compiled_helper(spark: Any, bro
             sink.run_batch()
         rows = spark.table(sink.tables.table_id(("shop", "orders"))).collect()
         assert {r["id"] for r in rows} == {k[0] for k in history.state["orders"]}
+
+
+def test_a_local_warehouse_is_written_without_chmod_processes(spark: Any, tmp_path: Path) -> None:
+    """build_spark puts sink/jvm/CdcnormLocalFileSystem.java in Hadoop's file system cache for
+    file: URIs: the permissions Hadoop sets on what it creates are the same, set through java.nio
+    instead of a forked chmod (Hadoop's native library is absent from the pip pyspark)."""
+    import stat
+
+    jvm = spark.sparkContext._jvm
+    conf = spark._jsc.hadoopConfiguration()
+    fs = jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI("file:///"), conf)
+    assert fs.getClass().getName() == "CdcnormLocalFileSystem" and fs.getScheme() == "file"
+    made = tmp_path / "made" / "deeper"
+    out = fs.create(jvm.org.apache.hadoop.fs.Path(f"file://{made}/f.txt"), True)
+    out.write(b"x")
+    out.close()
+    umask = jvm.org.apache.hadoop.fs.permission.FsPermission.getUMask(conf).toShort()  # fs.permissions.umask-mode
+    assert stat.S_IMODE((made / "f.txt").stat().st_mode) == 0o666 & ~umask  # Hadoop's file default
+    assert stat.S_IMODE(made.stat().st_mode) == 0o777 & ~umask  # and its directory default
+    perm = jvm.org.apache.hadoop.fs.permission.FsPermission.createImmutable(0o640)
+    fs.setPermission(jvm.org.apache.hadoop.fs.Path(f"file://{made}/f.txt"), perm)
+    assert stat.S_IMODE((made / "f.txt").stat().st_mode) == 0o640
+    assert fs.getFileStatus(jvm.org.apache.hadoop.fs.Path(f"file://{made}/f.txt")).getLen() == 1
