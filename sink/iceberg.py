@@ -342,7 +342,8 @@ class IcebergTables:
         self._deleted_keys_absent = False  # looked up and not there (see _deleted_keys_exist)
         self._deleted_keys_lock = threading.Lock()
         self._remember_lock = threading.Lock()
-        self._rememberer: ThreadPoolExecutor | None = None  # the MERGE path's deleted-keys appends
+        # the MERGE path's deleted-keys appends, in the background (no thread until the first)
+        self._rememberer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdcnorm-deleted-keys")
         self._batches = 0  # batches that remembered deleted keys (their table's maintenance cadence)
 
     # -- naming -----------------------------------------------------------------------
@@ -1057,32 +1058,24 @@ class IcebergTables:
         )
 
     def _remember_deletes_async(self, table: tuple[str, str], state: _TableState, changes: list[SinkChange]) -> Future[None] | None:
-        """:meth:`_remember_deletes` in a background thread (one for the sink: the appends take
-        turns anyway); ``None`` when the batch has nothing to remember."""
-        if not state.key or not any(c.op == Operation.DELETE and c.key is not None for c in changes):
-            return None
-        if self.deleted_keys_plan() is None:
-            return None
-        with self._remember_lock:
-            if self._rememberer is None:
-                self._rememberer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdcnorm-deleted-keys")
-        return self._rememberer.submit(self._remember_deletes, table, state, changes)
-
-    def _remember_deletes(self, table: tuple[str, str], state: _TableState, changes: list[SinkChange]) -> None:
         """Append the key and sequence of every delete of the batch to the deleted-keys memory
-        (created on the first delete): a Parquet file written here and one small append commit,
-        as the write tasks' files are (no Spark job)."""
+        (created on the first delete), in a background thread (one for the sink: the appends take
+        turns anyway): a Parquet file written there and one small append commit, as the write
+        tasks' files are (no Spark job). ``None`` when the batch has nothing to remember."""
         if not state.key:
-            return
+            return None
         deletes = [c for c in changes if c.op == Operation.DELETE and c.key is not None]
         if not deletes:
-            return
+            return None
         memory = self.deleted_keys_plan()
         if memory is None:
-            return
+            return None
+        return self._rememberer.submit(self._remember_deletes, self.iceberg_name(table), deletes, memory)
+
+    def _remember_deletes(self, table_id: str, deletes: list[SinkChange], memory: tuple[str, str]) -> None:
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         try:
-            file = deleted_keys_file(memory, deleted_key_rows(self.iceberg_name(table), deletes, now))
+            file = deleted_keys_file(memory, deleted_key_rows(table_id, deletes, now))
         except OSError as exc:
             raise TableWriteError(self.config.deleted_keys_table, exc) from exc
         self.remember_deleted_keys([file])
