@@ -10,6 +10,7 @@ import base64
 import binascii
 import sys
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
 
@@ -31,6 +32,14 @@ if TYPE_CHECKING:
     from service.config import PipelineConfig
 
 __all__ = ["app", "main"]
+
+
+
+class LocalBrokerKind(StrEnum):
+    """The broker ``cdcnorm up`` starts when none answers (service.local.BROKERS)."""
+
+    tansu = "tansu"
+    kafka = "kafka"
 
 app = typer.Typer(
     name="cdcnorm",
@@ -348,30 +357,44 @@ def up(
     keep: Annotated[bool, typer.Option("--keep", help="Keep running after the samples are processed (Ctrl-C stops).")] = False,
     topic_prefix: Annotated[str, typer.Option("--topic-prefix", help="Output topic prefix.")] = "cdcnorm",
     sink: Annotated[bool, typer.Option("--sink/--no-sink", help="Also run the Iceberg sink and show the tables.")] = True,
+    broker: Annotated[
+        LocalBrokerKind,
+        typer.Option("--broker", help="The broker to start when none answers: tansu (light, memory only) or "
+                     "kafka (Apache Kafka, KRaft; needs a JDK 17 and, once, Maven to fetch its jars)."),
+    ] = LocalBrokerKind.tansu,
 ) -> None:
     """Run the pipeline locally on the sample messages of every format and print a summary.
 
-    Starts Tansu and/or redis-server on loopback when none answers, creates the source topics,
-    feeds the samples, runs the worker and shows its progress; stops everything it started.
+    Starts a broker (Tansu, or Apache Kafka with --broker kafka) and/or redis-server on loopback
+    when none answers, creates the source topics, feeds the samples, runs the worker and shows
+    its progress; stops everything it started.
     """
     from rich.live import Live
     from rich.text import Text
 
-    require_extras("cdcnorm up", "service", *(["sink"] if sink else []), "local")
+    require_extras("cdcnorm up", "service", *(["sink"] if sink else []),
+                   *(["local"] if broker is LocalBrokerKind.tansu else []))
+    from service.maven import LocalServiceError
     from service.up import run_up
 
     console = Console()
     with Live(Text("starting..."), console=console, refresh_per_second=4, transient=True) as live:
-        result = run_up(
-            bootstrap=bootstrap,
-            redis_url=redis_url,
-            duration_s=duration,
-            keep=keep,
-            prefix=topic_prefix,
-            with_sink=sink,
-            progress=lambda line: live.update(Text(line)),
-            log=lambda line: live.console.print(line),
-        )
+        try:
+            result = run_up(
+                bootstrap=bootstrap,
+                redis_url=redis_url,
+                duration_s=duration,
+                keep=keep,
+                prefix=topic_prefix,
+                with_sink=sink,
+                broker=broker.value,
+                progress=lambda line: live.update(Text(line)),
+                log=lambda line: live.console.print(line),
+            )
+        except LocalServiceError as exc:
+            live.stop()
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(1) from None
     table = Table(title="cdcnorm up: per format", title_justify="left")
     for column in ("format", "source topic", "produced", "messages in", "records out", "DLQ"):
         table.add_column(column, justify="right" if column in ("produced", "messages in", "records out", "DLQ") else "left")
@@ -382,11 +405,12 @@ def up(
         )
     console.print(table)
     console.print("all samples processed" if result.finished else "[yellow]stopped before all samples were processed[/yellow]")
+    console.print(f"broker: {result.context.broker}", markup=False, highlight=False)
     console.print(f"output topics ({len(result.output_topics)}): {', '.join(result.output_topics)}")
     if result.tables:
         _print_tables(console, result.tables, f"Iceberg tables (warehouse {result.context.workdir / 'warehouse'})")
-    started_broker = any(p.name == "tansu" for p in result.context.processes)
-    where = "" if not started_broker else "  (the Tansu broker started by `up` is stopped now; rerun with --keep to look while it runs)"
+    started_broker = any(p.name in ("tansu", "kafka") for p in result.context.processes)
+    where = "" if not started_broker else "  (the broker started by `up` is stopped now; rerun with --keep to look while it runs)"
     console.print(
         f"look at records with: cdcnorm tail TOPIC --bootstrap {result.context.bootstrap} --from-beginning{where}"
     )

@@ -2,8 +2,10 @@
 
 Steps:
 
-1. Use the broker given (``bootstrap``) if it answers, else start a memory-only Tansu broker on
-   loopback (the ``local`` extra); the same for Redis (``redis-server``).
+1. Use the broker given (``bootstrap``) if it answers, else start one on loopback: a memory-only
+   Tansu broker (``broker="tansu"``, the default; the ``local`` extra) or Apache Kafka itself, one
+   KRaft node (``broker="kafka"``; jars fetched once from Maven Central, :mod:`service.local_kafka`);
+   the same for Redis (``redis-server``).
 2. Create one source topic per sample format and produce the samples
    (``service/samples/<format>.txt``; binary formats hold base64 lines, a ``"__key_lines": true``
    in ``<format>.options.json`` means lines alternate key and value). All samples of a format go
@@ -40,13 +42,14 @@ from typing import Any
 import yaml
 
 from service.local import (
+    LocalBroker,
     LocalProcess,
     broker_reachable,
     create_topics,
     free_port,
     redis_reachable,
+    start_broker,
     start_redis,
-    start_tansu,
 )
 
 __all__ = ["AFTER_START_HOOKS", "SAMPLES", "Sample", "UpContext", "UpResult", "load_samples", "run_up"]
@@ -101,7 +104,9 @@ class UpContext:
     prefix: str
     source_topics: dict[str, str]
     workdir: Path
-    processes: list[LocalProcess] = field(default_factory=list)
+    processes: list[LocalBroker] = field(default_factory=list)
+    broker: str = ""
+    """What the broker is: its description when ``up`` started it, else the address given."""
 
 
 AFTER_START_HOOKS: list[Callable[[UpContext], LocalProcess | None]] = []
@@ -186,6 +191,7 @@ def run_up(
     duration_s: float | None = None,
     keep: bool = False,
     prefix: str = "cdcnorm",
+    broker: str = "tansu",
     samples_dir: Path = SAMPLES,
     with_sink: bool = True,
     progress: Callable[[str], None] | None = None,
@@ -195,16 +201,20 @@ def run_up(
     from confluent_kafka import Producer
 
     workdir = Path(tempfile.mkdtemp(prefix="cdcnorm-up-"))
-    started: list[LocalProcess] = []
+    started: list[LocalBroker] = []
     run = uuid.uuid4().hex[:8]
     try:
+        described = bootstrap or ""
         if bootstrap is None or not broker_reachable(bootstrap, 3.0):
             if bootstrap is not None:
-                log(f"broker {bootstrap} does not answer; starting a local Tansu broker")
-            tansu = start_tansu(log_dir=workdir)
-            started.append(tansu)
-            bootstrap = tansu.address
-            log(f"started Tansu (memory only) on {bootstrap}")
+                log(f"broker {bootstrap} does not answer; starting a local one ({broker})")
+            if broker == "kafka":
+                log("starting Apache Kafka (KRaft, 1 node) on loopback")
+            local = start_broker(broker, log_dir=workdir, progress=log)
+            started.append(local)
+            bootstrap = local.address
+            described = local.description
+            log(f"started {described}")
         if not redis_reachable(redis_url):
             redis = start_redis(log_dir=workdir)
             started.append(redis)
@@ -240,7 +250,7 @@ def run_up(
         worker_proc = LocalProcess("worker", worker, f"http://127.0.0.1:{web_port}", workdir / "worker.log")
         started.append(worker_proc)
         log(f"worker started (log: {workdir / 'worker.log'}, metrics: http://127.0.0.1:{web_port}/metrics)")
-        context = UpContext(bootstrap, redis_url, prefix, source, workdir, started)
+        context = UpContext(bootstrap, redis_url, prefix, source, workdir, started, described)
         for hook in AFTER_START_HOOKS:
             proc = hook(context)
             if proc is not None:
@@ -293,5 +303,5 @@ def run_up(
             result.tables, result.sink_log = run_sink_once(context, data_topics, log)
         return result
     finally:
-        for proc in reversed(started):
-            proc.stop()
+        for service in reversed(started):
+            service.stop()
