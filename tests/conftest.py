@@ -1,4 +1,5 @@
-"""Session fixtures: a real Tansu broker and a real Redis, both on loopback, started on demand.
+"""Session fixtures: a real broker (Apache Kafka; :mod:`tests.brokers`) and a real Redis, both on
+loopback, started on demand.
 
 Only tests that ask for ``kafka_bootstrap`` / ``redis_url`` start them. Redis: an answering
 ``127.0.0.1:6379`` is reused (tests use a unique key prefix); otherwise a throwaway
@@ -15,15 +16,21 @@ from typing import Any
 import pytest
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    from service.local_kafka import KAFKA_VERSION
+    from tests.brokers import TEST_BROKER
+
+    what = f"Apache Kafka {KAFKA_VERSION} (KRaft)" if TEST_BROKER == "kafka" else "Tansu (memory only)"
+    return f"cdcnorm: integration tests on {what} (CDCNORM_TEST_BROKER={TEST_BROKER})"
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A memory-only Tansu broker for this test session (host:port)."""
-    from service.local import start_tansu
+    """The session's broker (host:port): Apache Kafka, or Tansu with CDCNORM_TEST_BROKER=tansu."""
+    from tests.brokers import start_test_broker
 
-    try:
-        broker = start_tansu(log_dir=Path(tmp_path_factory.mktemp("tansu")))
-    except Exception as exc:  # pragma: no cover - environment without the wheel
-        pytest.skip(f"cannot start Tansu: {exc}")
+    broker = start_test_broker(Path(tmp_path_factory.mktemp("broker")))
+    print(f"\nstarted {broker.description}")
     try:
         yield broker.address
     finally:

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from service.local import LocalProcess, start_tansu
+from service.local import LocalBroker
+from tests.brokers import start_test_broker
 
 
 @pytest.fixture
-def own_broker(tmp_path: Path) -> Iterator[LocalProcess]:
-    """A Tansu broker of this test only, so it can be frozen (SIGSTOP) without freezing others."""
-    broker = start_tansu(log_dir=tmp_path / "tansu")
+def own_broker(tmp_path: Path) -> Iterator[LocalBroker]:
+    """A broker of this test only (Apache Kafka; :mod:`tests.brokers`), so it can be frozen
+    (SIGSTOP) without freezing others."""
+    broker = start_test_broker(tmp_path / "broker")
     try:
         yield broker
     finally:
-        broker.process.send_signal(signal.SIGCONT)
+        broker.resume()
         broker.stop()

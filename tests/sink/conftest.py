@@ -6,12 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from service.local import LocalProcess, start_tansu
+from service.local import LocalBroker
+from tests.brokers import start_test_broker
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalProcess]:
-    """A Tansu broker for the test module (its topics do not outlive it)."""
-    proc = start_tansu(log_dir=tmp_path_factory.mktemp("tansu"))
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    """A broker for the test module (its topics do not outlive it); Apache Kafka, :mod:`tests.brokers`."""
+    proc = start_test_broker(tmp_path_factory.mktemp("broker"))
     yield proc
     proc.stop()

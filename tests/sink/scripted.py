@@ -1,5 +1,5 @@
 """Scripted micro-batches for sink tests: the runner in this process on one local Spark session,
-against a real Tansu broker (one per test), fed batch by batch from a
+against a real broker (one per test; Apache Kafka, :mod:`tests.brokers`), fed batch by batch from a
 :class:`tests.sink.history.History`: each batch's records are produced, then one micro-batch
 reads them all, so the batch boundaries are exactly the history's. The group's committed offsets
 are read back from the broker."""
@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 import sink.iceberg as ice
-from service.local import LocalProcess, create_topics, start_tansu
+from service.local import LocalBroker, create_topics
 from sink.config import SinkConfig
 from sink.runner import MicroBatchSink
+from tests.brokers import start_test_broker
 from tests.sink.history import History
 from transforms.envelope import EmitOptions, emit
 
@@ -25,9 +26,10 @@ TOPICS = ("cdcnorm.shop.orders", "cdcnorm.shop.events", "cdcnorm.shop.users")
 
 
 class ScriptedBroker:
-    """A Tansu broker whose topics receive a history's batches on demand (one partition each)."""
+    """A broker (:mod:`tests.brokers`) whose topics receive a history's batches on demand (one
+    partition each)."""
 
-    def __init__(self, broker: LocalProcess) -> None:
+    def __init__(self, broker: LocalBroker) -> None:
         from confluent_kafka import Producer
 
         self.broker = broker
@@ -82,7 +84,7 @@ def scripted_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture(name="broker")
 def scripted_broker(tmp_path: Path) -> Iterator[ScriptedBroker]:
-    proc = start_tansu(log_dir=tmp_path)
+    proc = start_test_broker(tmp_path / "broker")
     broker = ScriptedBroker(proc)
     try:
         yield broker

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 
-from service.local import LocalProcess, create_topics
+from service.local import LocalBroker, create_topics
 from tests.sink.test_sink_integration import _run, _tables
 from transforms.connect import Column, ConnectType, TableSchema
 from transforms.envelope import ChangeEvent, EmitOptions, Operation, SourceInfo, emit
@@ -79,7 +79,7 @@ def _history(seed: int) -> tuple[list[tuple[str, bytes | None, bytes | None]], d
     return records, state
 
 
-def test_fifty_tables_each_equal_their_expected_state(broker: LocalProcess, tmp_path: Path) -> None:
+def test_fifty_tables_each_equal_their_expected_state(broker: LocalBroker, tmp_path: Path) -> None:
     records, state = _history(seed=16)
     create_topics(broker.address, sorted({t for t, _, _ in records}), partitions=2)
     producer = Producer({"bootstrap.servers": broker.address, "linger.ms": 5})

@@ -1,4 +1,4 @@
-"""Schema evolution, pausing on incompatible changes, and maintenance, with Tansu + local Spark."""
+"""Schema evolution, pausing on incompatible changes, and maintenance, with a real broker (Apache Kafka) + local Spark."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from service.local import LocalProcess, create_topics
+from service.local import LocalBroker, create_topics
 from tests.sink.test_sink_integration import _config, _run, _tables
 from transforms.connect import Column, ConnectType, TableSchema
 from transforms.envelope import ChangeEvent, EmitOptions, Operation, SourceInfo, emit
@@ -30,7 +30,7 @@ def _src(seq: int) -> SourceInfo:
 
 
 def test_widening_new_columns_and_incompatible_change_pauses_only_that_table(
-    broker: LocalProcess, tmp_path: Path
+    broker: LocalBroker, tmp_path: Path
 ) -> None:
     key = Column("id", ConnectType.INT32, False)
     narrow = TableSchema("shop", None, "widen", (key, Column("n", ConnectType.INT32)), ("id",))
@@ -67,7 +67,7 @@ def test_widening_new_columns_and_incompatible_change_pauses_only_that_table(
     assert sorted(r["id"] for r in tables["shop.steady"]["rows"]) == [1, 2]
 
 
-def test_maintenance_keeps_the_small_file_count_bounded(broker: LocalProcess, tmp_path: Path) -> None:
+def test_maintenance_keeps_the_small_file_count_bounded(broker: LocalBroker, tmp_path: Path) -> None:
     table = TableSchema("shop", None, "files", (Column("id", ConnectType.INT32, False), Column("v", ConnectType.INT64)), ("id",))
     events = [ChangeEvent(Operation.CREATE, table, None, {"id": i, "v": i}, _src(i)) for i in range(1, 401)]
     events += [ChangeEvent(Operation.UPDATE, table, {"id": i, "v": i}, {"id": i, "v": -i}, _src(1000 + i)) for i in range(1, 401)]

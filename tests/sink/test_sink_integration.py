@@ -1,4 +1,4 @@
-"""The sink against a real Tansu broker and local Spark + Iceberg.
+"""The sink against a real broker (Apache Kafka, :mod:`tests.brokers`) and local Spark + Iceberg.
 
 A scripted history across 3 tables is produced as normalized records; the sink runs as its own
 process (``python -m sink``) and each Iceberg table must equal the final state computed
@@ -20,7 +20,7 @@ import orjson
 import pytest
 import yaml
 
-from service.local import LocalProcess, create_topics
+from service.local import LocalBroker, create_topics
 from tests.sink.history import History, scripted_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -100,7 +100,7 @@ def _assert_state(tables: dict[str, Any], history: History) -> None:
     assert events == sorted((r["msg"], r["n"]) for r in history.appended["events"])
 
 
-def test_sink_reaches_the_independently_computed_state(broker: LocalProcess, tmp_path: Path) -> None:
+def test_sink_reaches_the_independently_computed_state(broker: LocalBroker, tmp_path: Path) -> None:
     history = scripted_history(n_keys=30, n_changes=600, seed=11)
     produced = _produce(broker.address, history)
     config = _config(tmp_path, broker.address, "sink-it", max_records=250)
@@ -145,7 +145,7 @@ def _assert_state_of(config: Path, db: str, history: History) -> None:
     _assert_state({k.replace(f"{db}.", "shop."): v for k, v in _tables(config).items()}, history)
 
 
-def test_sink_crash_between_iceberg_and_offset_commit(broker: LocalProcess, tmp_path: Path) -> None:
+def test_sink_crash_between_iceberg_and_offset_commit(broker: LocalBroker, tmp_path: Path) -> None:
     history = scripted_history(n_keys=25, n_changes=500, seed=5)
     # keep this run's topics apart from the other tests'
     config = _produce_as(broker.address, history, "crash", tmp_path, "sink-crash", max_records=200)
@@ -162,7 +162,7 @@ def test_sink_crash_between_iceberg_and_offset_commit(broker: LocalProcess, tmp_
     _assert_state_of(config, "crash", history)
 
 
-def test_sink_with_a_commit_interval_killed_after_a_kafka_commit(broker: LocalProcess, tmp_path: Path) -> None:
+def test_sink_with_a_commit_interval_killed_after_a_kafka_commit(broker: LocalBroker, tmp_path: Path) -> None:
     """With ``commit_interval_seconds`` a topic's records wait in Kafka between its reads (``--once``
     reads them when nothing else is left); killed after a batch's Kafka commit, a restart reads
     the rest from the committed offsets: the tables equal the history."""

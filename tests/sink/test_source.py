@@ -1,17 +1,20 @@
-"""Reading offset ranges as the read tasks do (sink.source.read_task), against a real Tansu
-broker, whose high watermarks are wrong (the base offset of a partition's last record batch,
-plus one): every record is read once, in order, however the ranges are planned and cut."""
+"""Reading offset ranges as the read tasks do (sink.source.read_task), against both real brokers:
+Apache Kafka, and Tansu, whose high watermarks are wrong (the base offset of a partition's last
+record batch, plus one). Every record is read once, in order, however the ranges are planned and
+cut; a planned end below the partition's end (Tansu's watermark, or a range cut by the budget) is
+read on to the end where a fetch returns nothing."""
 
 from __future__ import annotations
 
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
-from service.local import LocalProcess, create_topics
+from service.local import LocalBroker, create_topics, start_broker
 from sink.changes import SinkChange
 from sink.source import BadRecord, Range, RangeRead, ReadTask, parser_for, read_task, reader_conf
 from tests.sink.history import ORDERS
@@ -22,7 +25,7 @@ pytestmark = [pytest.mark.integration]
 STALL = 10.0
 
 
-def _produce(broker: LocalProcess, topic: str, partitions: int, per_partition: int, batches: int = 3) -> None:
+def _produce(broker: LocalBroker, topic: str, partitions: int, per_partition: int, batches: int = 3) -> None:
     """``per_partition`` orders per partition, produced in ``batches`` record batches each."""
     create_topics(broker.address, [topic], partitions=partitions)
     producer = Producer({"bootstrap.servers": broker.address, "linger.ms": 50})
@@ -38,7 +41,7 @@ def _produce(broker: LocalProcess, topic: str, partitions: int, per_partition: i
         producer.flush()
 
 
-def _read(broker: LocalProcess, task: ReadTask) -> tuple[list[SinkChange], dict[tuple[str, int], RangeRead], list[BadRecord]]:
+def _read(broker: LocalBroker, task: ReadTask) -> tuple[list[SinkChange], dict[tuple[str, int], RangeRead], list[BadRecord]]:
     items = list(read_task(task, reader_conf({}, broker.address, "test-source"), parser_for(None), STALL))
     changes = [i for i in items if isinstance(i, SinkChange)]
     reads = {i.tp: i for i in items if isinstance(i, RangeRead)}
@@ -52,28 +55,38 @@ def _offsets(changes: list[SinkChange]) -> dict[tuple[str, int], list[int]]:
     return out
 
 
+@pytest.fixture(scope="module", params=["kafka", "tansu"])
+def broker(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    """Each test runs on Apache Kafka and on Tansu (whatever CDCNORM_TEST_BROKER says)."""
+    started = start_broker(request.param, log_dir=Path(tmp_path_factory.mktemp(request.param)))
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
 @pytest.fixture(scope="module")
-def orders(broker: LocalProcess) -> Iterator[str]:
+def orders(broker: LocalBroker) -> Iterator[str]:
     _produce(broker, "src.orders", partitions=3, per_partition=60)
     yield "src.orders"
 
 
-def test_a_wrong_watermark_still_reads_the_whole_partition(broker: LocalProcess, orders: str) -> None:
-    # Tansu's high watermark of these partitions is 41 (the last batch starts at 40)
+def test_a_wrong_watermark_still_reads_the_whole_partition(broker: LocalBroker, orders: str) -> None:
+    # Tansu's high watermark of these partitions is 41 (the last batch starts at 40); Kafka's is 60
     changes, reads, bad = _read(broker, ReadTask(tuple(Range(orders, p, 0, 41) for p in range(3)), 10_000))
     assert not bad
     assert _offsets(changes) == {(orders, p): list(range(60)) for p in range(3)}
     assert all(r.next_offset == 60 and r.records == 60 and r.exhausted for r in reads.values())
 
 
-def test_a_range_with_nothing_new_ends_at_once(broker: LocalProcess, orders: str) -> None:
+def test_a_range_with_nothing_new_ends_at_once(broker: LocalBroker, orders: str) -> None:
     started = time.monotonic()
     changes, reads, _ = _read(broker, ReadTask((Range(orders, 0, 60, 61),), 100))
     assert changes == [] and reads[(orders, 0)].next_offset == 60 and reads[(orders, 0)].exhausted
     assert time.monotonic() - started < STALL / 2, "waited for the stall bound, not the end of the partition"
 
 
-def test_the_budget_is_shared_and_what_is_left_is_read_next_time(broker: LocalProcess, orders: str) -> None:
+def test_the_budget_is_shared_and_what_is_left_is_read_next_time(broker: LocalBroker, orders: str) -> None:
     ranges = [Range(orders, p, 0, 41) for p in range(3)]
     seen: Counter[tuple[str, int, int]] = Counter()
     rounds = 0
@@ -91,7 +104,7 @@ def test_the_budget_is_shared_and_what_is_left_is_read_next_time(broker: LocalPr
     assert rounds == 4
 
 
-def test_a_capped_range_takes_the_budget_the_others_left(broker: LocalProcess, orders: str) -> None:
+def test_a_capped_range_takes_the_budget_the_others_left(broker: LocalBroker, orders: str) -> None:
     """Partition 0 has 60 records, the others 10 left: with 90 of budget, partition 0 reads
     past its share of 30 once the others are done, without skipping what arrived after its pause."""
     ranges = (Range(orders, 0, 0, 41), Range(orders, 1, 50, 51), Range(orders, 2, 50, 51))
@@ -100,7 +113,7 @@ def test_a_capped_range_takes_the_budget_the_others_left(broker: LocalProcess, o
     assert all(r.exhausted for r in reads.values()) and len(changes) == 80
 
 
-def test_a_range_is_exhausted_only_where_a_fetch_returned_nothing(broker: LocalProcess) -> None:
+def test_a_range_is_exhausted_only_where_a_fetch_returned_nothing(broker: LocalBroker) -> None:
     """A planned end below the partition's end (a wrong or stale watermark) does not end the
     range: with small fetches, the records past it arrive in later fetches, and the range reads
     on to the fetch that returns nothing."""
@@ -116,7 +129,7 @@ def test_a_range_is_exhausted_only_where_a_fetch_returned_nothing(broker: LocalP
     assert read.exhausted and read.next_offset == 60
 
 
-def test_a_budget_that_runs_out_at_the_planned_end_leaves_the_range_open(broker: LocalProcess, orders: str) -> None:
+def test_a_budget_that_runs_out_at_the_planned_end_leaves_the_range_open(broker: LocalBroker, orders: str) -> None:
     """Tansu's watermark of partition 0 is 41, inside its last batch (40-59): a budget that ends
     there is no end of the partition, and the next plan must read it again."""
     changes, reads, _ = _read(broker, ReadTask((Range(orders, 0, 0, 41),), 41))
@@ -126,7 +139,7 @@ def test_a_budget_that_runs_out_at_the_planned_end_leaves_the_range_open(broker:
     assert _offsets(changes)[(orders, 0)] == list(range(41, 60)) and reads[(orders, 0)].exhausted
 
 
-def test_records_that_are_not_changes_are_reported_and_the_rest_is_read(broker: LocalProcess) -> None:
+def test_records_that_are_not_changes_are_reported_and_the_rest_is_read(broker: LocalBroker) -> None:
     create_topics(broker.address, ["src.mixed"], partitions=1)
     producer = Producer({"bootstrap.servers": broker.address})
     good = [r for r in emit([ChangeEvent(Operation.CREATE, ORDERS, None, {"id": 1, "customer": "x", "amount": None,
