@@ -1,6 +1,9 @@
 # cdcnorm developer entry points. `make up` runs the pipeline on an embedded default,
 # `make test` runs the whole test suite; both create .venv on first use and install
 # requirements/dev.txt (the lock of every extra), then the project itself with --no-deps.
+# Both install the Debian packages they need when missing (as root: scripts/ensure-debian-packages):
+# `up` needs redis-server and a JDK; `test` also PostgreSQL 15 (the Debezium ground truth) and
+# Maven, which fetches the pinned Apache Kafka jars once (scripts/ensure-kafka; service/maven/).
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -17,10 +20,13 @@ $(STAMP): pyproject.toml $(LOCK)
 	touch $(STAMP)
 
 up: $(STAMP)
+	scripts/ensure-debian-packages redis java
 	$(BIN)/cdcnorm up
 
 test: $(STAMP)
+	scripts/ensure-debian-packages redis postgres java maven
 	scripts/ensure-redis
+	scripts/ensure-kafka
 	scripts/check-deploy-tools
 	$(BIN)/ruff check .
 	$(BIN)/mypy
