@@ -1,9 +1,10 @@
-"""Broker outage: the Tansu broker is frozen (SIGSTOP) for 30 s while the worker and the sink
+"""Broker outage: the broker (Apache Kafka, one node) is frozen (SIGSTOP) for 30 s while the worker and the sink
 run and changes are being produced; after SIGCONT both reconnect by themselves (same processes)
 and nothing is lost: every change reaches the normalized topics in per-key order and the Iceberg
 tables equal the independently computed state.
 
-Tansu keeps data in memory only, so the broker is frozen rather than restarted; this test has
+The broker is frozen rather than restarted (the 3-broker cluster tests,
+``test_kafka_cluster_faults``, restart brokers with their data); this test has
 its own broker (``own_broker``, tests/faults/conftest.py) so the others are not frozen with it.
 """
 
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from service.local import LocalProcess, create_topics, wait_for
+from service.local import LocalBroker, create_topics, wait_for
 from tests.faults.procs import (
     committed_offsets,
     kill_group,
@@ -48,7 +49,7 @@ BEFORE = 3000  # produced before the outage; the rest is produced while it start
 
 
 def test_broker_outage_worker_and_sink_reconnect_without_loss(
-    own_broker: LocalProcess, redis_url: str, tmp_path: Path
+    own_broker: LocalBroker, redis_url: str, tmp_path: Path
 ) -> None:
     bootstrap = own_broker.address
     prefix = f"fb{uuid.uuid4().hex[:8]}"
@@ -93,15 +94,15 @@ def test_broker_outage_worker_and_sink_reconnect_without_loss(
         thread = threading.Thread(target=produce_rest, daemon=True)
         thread.start()
         time.sleep(0.3)
-        own_broker.process.send_signal(signal.SIGSTOP)
+        own_broker.freeze()
         stopped = time.monotonic()
-        print(f"\ninjected: SIGSTOP tansu pid={own_broker.process.pid} for {OUTAGE_S:.0f}s, {BEFORE} changes "
+        print(f"\ninjected: SIGSTOP {own_broker.description} for {OUTAGE_S:.0f}s, {BEFORE} changes "
               f"processed, {CHANGES - BEFORE} being produced; sink had read {read_before} records")
         while time.monotonic() - stopped < OUTAGE_S:
             assert worker.process.running, worker.process.log_tail()
             assert sink.poll() is None, sink_log.read_text()[-3000:]
             time.sleep(0.5)
-        own_broker.process.send_signal(signal.SIGCONT)
+        own_broker.resume()
         resumed = time.monotonic()
         print(f"injected: SIGCONT after {resumed - stopped:.1f}s")
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import threading
 import time
 import uuid
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from service.local import LocalProcess, create_topics, wait_for
+from service.local import LocalBroker, create_topics, wait_for
 from tests.faults.procs import committed_offsets, metric_total, probe, wait_committed, worker_config
 from tests.faults.workload import produce
 from tests.service.harness import WorkerProcess, read_topics
@@ -68,7 +67,7 @@ class Sampler(threading.Thread):
 
 
 def test_dead_letters_wait_at_the_producer_bound_and_none_is_lost(
-    own_broker: LocalProcess, redis_url: str, redis_prefix: str, tmp_path: Path
+    own_broker: LocalBroker, redis_url: str, redis_prefix: str, tmp_path: Path
 ) -> None:
     bootstrap = own_broker.address
     prefix = f"fq{uuid.uuid4().hex[:8]}"
@@ -86,15 +85,15 @@ def test_dead_letters_wait_at_the_producer_bound_and_none_is_lost(
         baseline_rss = _rss(worker)
         sampler.start()
         wait_for(lambda: sampler.consumed >= 60, 60, "the worker dead-lettering", 0.05)
-        own_broker.process.send_signal(signal.SIGSTOP)
+        own_broker.freeze()
         frozen = time.monotonic()
         time.sleep(0.5)  # what was on its way when the broker froze
         at_freeze = sampler.consumed
         time.sleep(FREEZE_S - 0.5)
         during_freeze = sampler.consumed - at_freeze
-        own_broker.process.send_signal(signal.SIGCONT)
+        own_broker.resume()
         print(f"\ninjected: {MESSAGES} undecodable messages of {SIZE} bytes ({MESSAGES * SIZE >> 20} MiB) over 2 "
-              f"partitions, worker.max_inflight_bytes={BOUND}; SIGSTOP tansu for {time.monotonic() - frozen:.1f}s "
+              f"partitions, worker.max_inflight_bytes={BOUND}; SIGSTOP the broker for {time.monotonic() - frozen:.1f}s "
               f"after {at_freeze:.0f} were consumed")
         resumed = time.monotonic()
         wait_committed(bootstrap, group, source, ends, 120, worker)
