@@ -38,6 +38,24 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def apache_kafka_bootstrap(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An Apache Kafka broker (host:port) whatever CDCNORM_TEST_BROKER says: the session broker
+    when it is Kafka, else one of its own. For tests of what only a real Kafka shows."""
+    from tests.brokers import TEST_BROKER
+
+    if TEST_BROKER == "kafka":
+        yield request.getfixturevalue("kafka_bootstrap")
+        return
+    from service.local import start_broker
+
+    broker = start_broker("kafka", log_dir=Path(tmp_path_factory.mktemp("apache-kafka")))
+    try:
+        yield broker.address
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Redis URL that answers (the local default or a throwaway server)."""
     from service.local import redis_reachable, start_redis
