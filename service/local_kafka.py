@@ -18,7 +18,11 @@ Settings, for tests that must look like production where it matters and start fa
 :class:`KafkaCluster` also injects the faults the fault tests need: :meth:`~KafkaCluster.kill`
 (SIGKILL), :meth:`~KafkaCluster.stop_node` (SIGTERM: a controlled shutdown),
 :meth:`~KafkaCluster.start_node`, :meth:`~KafkaCluster.freeze`/:meth:`~KafkaCluster.resume`
-(SIGSTOP/SIGCONT), and tells which node leads a partition (:meth:`~KafkaCluster.leader`).
+(SIGSTOP/SIGCONT), and tells which node leads a partition (:meth:`~KafkaCluster.leader`,
+:meth:`~KafkaCluster.leaders`) and whether every replica is in sync (:meth:`~KafkaCluster.in_sync`).
+A node counts as up once its current process has logged that it started and the cluster lists it
+(:meth:`~KafkaCluster.wait_registered`): a node killed a moment ago stays listed until its broker
+session times out.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ logger.state.level = WARN
 logger.request.name = kafka.request.logger
 logger.request.level = WARN
 """
+_STARTED = b"] Kafka Server started (kafka.server.KafkaRaftServer)"
 
 
 def kafka_version() -> str:
@@ -78,6 +83,7 @@ class KafkaNode:
     controller_port: int
     directory: Path
     process: subprocess.Popen[bytes] | None = None
+    log_start: int = 0  # the size of server.log when the current process started: its lines follow
 
     @property
     def address(self) -> str:
@@ -99,6 +105,16 @@ class KafkaNode:
         if not self.log_path.exists():
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    @property
+    def started(self) -> bool:
+        """The current process has logged that it started: its broker is registered and unfenced
+        and serves requests (``KafkaRaftServer ... Kafka Server started``)."""
+        if not self.running or not self.log_path.exists():
+            return False
+        with self.log_path.open("rb") as log:
+            log.seek(self.log_start)
+            return _STARTED in log.read()
 
 
 class KafkaCluster:
@@ -164,6 +180,7 @@ class KafkaCluster:
         node = self.node(node_id)
         if node.running:
             return
+        node.log_start = node.log_path.stat().st_size if node.log_path.exists() else 0
         with node.log_path.open("ab") as out:
             node.process = subprocess.Popen(
                 self._command(node, "kafka.Kafka", str(node.config_path)),
@@ -248,7 +265,13 @@ class KafkaCluster:
             return set()
 
     def wait_registered(self, node_ids: Iterable[int] | None = None, timeout_s: float = 90.0) -> None:
-        """Wait until every node of ``node_ids`` (default: all) is a registered, unfenced broker."""
+        """Wait until every node of ``node_ids`` (default: all) is a registered, unfenced broker,
+        registered by its current process.
+
+        The cluster's metadata alone does not tell: a node killed a moment ago stays registered
+        until its broker session times out (``broker.session.timeout.ms``, 9 s), and its new
+        process cannot register before that. So each node's current process must also have
+        logged that it started (:attr:`KafkaNode.started`)."""
         wanted = {n.node_id for n in self.nodes} if node_ids is None else set(node_ids)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -259,7 +282,7 @@ class KafkaCluster:
                     f"Kafka node {node.node_id} exited with {node.process.returncode if node.process else '?'}:\n"
                     f"{node.log_tail()}"
                 )
-            if wanted <= self.registered(2.0):
+            if all(n.started for n in self.nodes if n.node_id in wanted) and wanted <= self.registered(2.0):
                 return
             time.sleep(0.2)
         raise LocalServiceError(
@@ -268,33 +291,46 @@ class KafkaCluster:
 
     def leader(self, topic: str, partition: int = 0, timeout_s: float = 5.0) -> int:
         """The node that leads ``topic[partition]`` now (-1: none)."""
-        meta = self._admin(timeout_s).list_topics(topic, timeout=timeout_s).topics[topic]
-        if meta.error is not None:
-            raise LocalServiceError(f"topic {topic}: {meta.error}")
-        return int(meta.partitions[partition].leader)
+        return self.leaders([topic], timeout_s)[(topic, partition)]
+
+    def leaders(self, topics: Iterable[str], timeout_s: float = 5.0) -> dict[tuple[str, int], int]:
+        """The node that leads each partition of ``topics`` now (-1: none), from one metadata request."""
+        names = sorted(set(topics))
+        found = self._admin(timeout_s).list_topics(timeout=timeout_s).topics
+        out: dict[tuple[str, int], int] = {}
+        for name in names:
+            meta = found.get(name)
+            if meta is None or meta.error is not None:
+                raise LocalServiceError(f"topic {name}: {'not found' if meta is None else meta.error}")
+            out.update({(name, p): int(part.leader) for p, part in meta.partitions.items()})
+        return out
+
+    def in_sync(self, topics: Iterable[str] | None = None, timeout_s: float = 3.0) -> bool:
+        """Whether every partition of ``topics`` (default: all) has a leader and all its replicas in
+        sync now (False when no node answers within ``timeout_s``, or a topic is not known yet)."""
+        from confluent_kafka import KafkaException
+
+        names = None if topics is None else set(topics)
+        try:
+            meta = self._admin(timeout_s).list_topics(timeout=timeout_s)
+        except KafkaException:
+            return False
+        if names is not None and not names <= set(meta.topics):
+            return False
+        for name, topic in meta.topics.items():
+            if names is not None and name not in names:
+                continue
+            if topic.error is not None:
+                return False
+            for p in topic.partitions.values():
+                if p.leader < 0 or set(p.isrs) != set(p.replicas):
+                    return False
+        return True
 
     def wait_in_sync(self, topics: Iterable[str] | None = None, timeout_s: float = 120.0) -> None:
         """Wait until every partition of ``topics`` (default: all) has a leader and all its replicas in sync."""
-        names = None if topics is None else set(topics)
-
-        def in_sync() -> bool:
-            from confluent_kafka import KafkaException
-
-            try:
-                meta = self._admin(3.0).list_topics(timeout=3.0)
-            except KafkaException:
-                return False
-            for name, topic in meta.topics.items():
-                if names is not None and name not in names:
-                    continue
-                if topic.error is not None:
-                    return False
-                for p in topic.partitions.values():
-                    if p.leader < 0 or set(p.isrs) != set(p.replicas):
-                        return False
-            return True
-
-        wait_for(in_sync, timeout_s, "Kafka replicas in sync", 0.5)
+        names = None if topics is None else sorted(set(topics))
+        wait_for(lambda: self.in_sync(names), timeout_s, "Kafka replicas in sync", 0.5)
 
 
 def _megabytes(size: str) -> int:
