@@ -16,6 +16,10 @@ committed offsets, flow control, the commit timer, the livelock detector) and re
 * ``wait_empty`` (called on stop and before partitions are revoked): waits for the handler's
   in-flight output to be acknowledged, then commits.
 
+Its producer (:class:`IdempotentProducer`, the output with ``worker.output_client: aiokafka``)
+is idempotent with ``acks=all``: Faust's asks for idempotence only inside transactions, so a
+batch retried after a broker failure could be written twice.
+
 :class:`BatchApp` is a :class:`faust.App` that uses this transport.
 """
 
@@ -32,7 +36,7 @@ from faust.types import TP
 from faust.types.transports import TransportT
 from mode import Service, ServiceT
 
-__all__ = ["BatchApp", "BatchConsumer", "BatchHandler", "BatchTransport"]
+__all__ = ["BatchApp", "BatchConsumer", "BatchHandler", "BatchTransport", "IdempotentProducer"]
 
 
 class BatchHandler(Protocol):
@@ -203,10 +207,24 @@ async def _rewind_positions(consumer: Any, first: Mapping[TP, int]) -> dict[TP, 
     return moved
 
 
+class IdempotentProducer(faust_aiokafka.Producer):
+    """Faust's aiokafka producer, idempotent and with ``acks=all`` outside transactions too.
+
+    Faust sets ``enable_idempotence`` only for its exactly-once transactions. Without it a
+    batch whose acknowledgement was lost (a leader killed after it wrote, a request timing out)
+    is sent again and written twice; with it the broker drops the copy (producer id and
+    sequence number) and librdkafka's output (:mod:`service.rdkafka`) behaves the same.
+    """
+
+    def _settings_extra(self) -> Mapping[str, Any]:
+        return {**super()._settings_extra(), "acks": "all", "enable_idempotence": True}
+
+
 class BatchTransport(faust_aiokafka.Transport):
-    """Faust's aiokafka transport with :class:`BatchConsumer`."""
+    """Faust's aiokafka transport with :class:`BatchConsumer` and :class:`IdempotentProducer`."""
 
     Consumer = BatchConsumer
+    Producer = IdempotentProducer
 
 
 class BatchApp(faust.App):
