@@ -42,7 +42,7 @@ import gc
 import logging
 import random
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
@@ -58,13 +58,17 @@ from service.config import (
 )
 from service.converters import RecordConverter, build_converter
 from service.dlq import (
+    DeadLetter,
     OversizedMessageError,
     RecordTooLargeError,
     dead_letter,
+    letter_bytes,
     message_bytes,
     oversized_dead_letter,
+    smaller_dead_letters,
     too_large_dead_letter,
 )
+from service.limits import BATCH_HEADER_BYTES, TopicLimits
 from service.metrics import WorkerMetrics
 from service.output import BatchedOutput, Output, OutputProducer, Record, Refusal, record_wire_bytes
 from service.topics import valid_topic_name
@@ -250,6 +254,8 @@ class Normalizer:
         self._in: dict[tuple[str, str], Any] = {}
         self._out: dict[tuple[str, str], Any] = {}
         self.topic_names: dict[str, str] = {}  # output_topic's results, by entry topic
+        # the largest dead letter (record_wire_bytes) each DLQ topic takes, from its max.message.bytes
+        self.letter_limits: dict[str, int] = {}
 
     def _runtime(
         self,
@@ -337,11 +343,13 @@ class Normalizer:
                 f"{type(exc).__name__} at {message.topic}[{message.partition}]@{message.offset} "
                 f"(errors: fail on {runtime.entry.label})"
             ) from exc
+        cap = self.letter_cap(runtime.dlq_topic)
         if isinstance(exc, OversizedMessageError):  # never decoded: a prefix, sizes and sha256
             letter = oversized_dead_letter(
                 message, exc, worker.oversized_prefix_bytes, runtime.dlq_topic, fmt, worker.app_id
             )
         elif isinstance(exc, RecordTooLargeError):  # the message, or its prefix when it is too large too
+            exc.cap = min(exc.cap, cap)
             letter = too_large_dead_letter(
                 message, exc, worker.oversized_prefix_bytes, runtime.dlq_topic, fmt, worker.app_id
             )
@@ -350,6 +358,10 @@ class Normalizer:
                 message, exc, runtime.dlq_topic, fmt, worker.app_id,
                 context_headers=runtime.entry.dlq_context_headers,
             )
+            if letter_bytes(letter) > cap:  # too large for its DLQ topic: a prefix, sizes and sha256
+                letter = oversized_dead_letter(
+                    message, exc, worker.oversized_prefix_bytes, runtime.dlq_topic, fmt, worker.app_id, limit=cap
+                )
         self.metrics.dlq.labels(message.topic, fmt, type(exc).__name__).inc()
         error_class, field_name = type(exc).__name__, getattr(exc, "field", None)
         if runtime.entry.log_errors:
@@ -368,6 +380,14 @@ class Normalizer:
             )
         log.debug("dead-letter detail: %s", exc)
         return Outcome([], (letter.topic, letter.key, letter.value, letter.headers), type(exc).__name__)
+
+    def letter_cap(self, dlq_topic: str) -> int:
+        """The largest dead letter for ``dlq_topic`` (:func:`service.dlq.letter_bytes`): the output's
+        record limit (:func:`output_record_bytes`), or less when the topic's ``max.message.bytes``
+        (read from the broker, :attr:`letter_limits`) is lower."""
+        cap = output_record_bytes(self.config.worker)
+        known = self.letter_limits.get(dlq_topic)
+        return cap if known is None else min(cap, known)
 
     def observe(self, fmt: str, seconds: Sequence[float]) -> None:
         """Per-message normalization times of ``fmt`` (``cdcnorm_decode_seconds``), a batch at a time."""
@@ -449,6 +469,10 @@ class BatchProcessor:
     :attr:`_InFlight.sources`) before the batch's offsets become committable. Any other produce
     failure, or a message under ``errors: fail``, calls ``on_fatal`` and stops processing; nothing
     after it becomes committable.
+
+    With ``limits`` (:class:`service.limits.TopicLimits`), the DLQ topics' ``max.message.bytes``
+    are read from the broker before the first batch, and a dead letter is made to fit its topic
+    (:meth:`Normalizer.letter_cap`); a refusal's dead letter names the refusing topic's limit.
     """
 
     def __init__(
@@ -461,10 +485,13 @@ class BatchProcessor:
         on_fatal: Callable[[BaseException], None],
         highwater: Callable[[Any], int | None] | None = None,
         max_inflight_bytes: int | None = None,
+        limits: TopicLimits | None = None,
     ) -> None:
         self.normalizer = normalizer
         self.state = state
         self.output = output
+        self.limits = limits
+        self._limits_read = limits is None
         self.max_inflight = max_inflight
         self.max_inflight_bytes = max_inflight_bytes if max_inflight_bytes is not None else 1 << 62
         self.record_limit = output_record_bytes(normalizer.config.worker)
@@ -495,6 +522,9 @@ class BatchProcessor:
             await asyncio.Event().wait()  # stopped: wait to be cancelled by the shutdown
         if not self._tasks:
             self._tasks = [asyncio.ensure_future(self._ship_loop()), asyncio.ensure_future(self._ack_loop())]
+        if not self._limits_read:  # the DLQ topics' limits, before the first dead letter is made
+            self._limits_read = True
+            await self._read_limits(rt.dlq_topic for rt in self.normalizer.runtimes)
         try:
             fatal = await self._process(records)
         except Exception as exc:  # a bug, or the producer refused a batch: stop, commit nothing more
@@ -706,24 +736,49 @@ class BatchProcessor:
                 self._room.set()
             queue.task_done()
 
+    async def _read_limits(self, topics: Iterable[str]) -> dict[str, int | None]:
+        """The ``max.message.bytes`` of ``topics`` (from the broker, :attr:`limits`); those of DLQ
+        topics become the normalizer's :attr:`~Normalizer.letter_limits`."""
+        if self.limits is None:
+            return {}
+        found = await self.limits.learn(topics)
+        dlq_topics = {rt.dlq_topic for rt in self.normalizer.runtimes}
+        for topic, limit in found.items():
+            if limit is not None and topic in dlq_topics:
+                self.normalizer.letter_limits[topic] = limit - BATCH_HEADER_BYTES
+        return found
+
     async def _dead_letter_refused(self, item: _InFlight, refused: list[Refusal]) -> None:
         """Produce the dead letters of the source messages whose records were refused for their
         size, and wait for their acknowledgement. Raises (the worker stops) when a refused record
-        has no source message, under ``errors: fail``, or when a dead letter is refused too."""
+        has no source message, or under ``errors: fail``.
+
+        The refusing topics' limits are read again first (the output forgot them: the broker
+        refused a record, so a limit may have been lowered); the dead letter's reason names the
+        topic's ``max.message.bytes``, and says when the record fitted it and was refused with the
+        record batch it was sent in (a limit lowered below the batches the producer had made).
+        :meth:`_send_dead_letters` sends them."""
         normalizer = self.normalizer
         first: dict[int, Refusal] = {}
         for refusal in refused:
             if refusal.origin < 0 or refusal.origin >= len(item.sources):
                 raise RuntimeError(f"a record for {refusal.topic} was refused ({refusal.error}) and has no source message")
             first.setdefault(refusal.origin, refusal)
-        letters: dict[str, list[Record]] = {}
+        limits = await self._read_limits({r.topic for r in first.values() if not r.local})
+        letters: dict[int, tuple[Message, EntryRuntime, RecordTooLargeError, DeadLetter]] = {}
         for origin, refusal in first.items():
             message = item.sources[origin]
             runtime = normalizer.runtime_for(message.topic)
             if runtime is None:
                 raise RuntimeError(f"a record for {refusal.topic} was refused ({refusal.error}); no entry for {message.topic}")
-            exc = RecordTooLargeError(refusal.topic, refusal.size, None, refusal.error,
-                                      cap=min(self.record_limit, refusal.size - 1))
+            error, limit = refusal.error, limits.get(refusal.topic)
+            if limit is not None:
+                alone = refusal.size + BATCH_HEADER_BYTES <= limit
+                error += (f" (the topic's max.message.bytes is {limit}"
+                          + ("; the record fits it, the record batch it was sent in did not)" if alone else ")"))
+            # without the DLQ topic's limit, expect it to refuse what the output topic refused
+            cap = self.record_limit if runtime.dlq_topic in normalizer.letter_limits else refusal.size - 1
+            exc = RecordTooLargeError(refusal.topic, refusal.size, None, error, cap=min(self.record_limit, cap))
             try:
                 outcome = normalizer.refuse(message, runtime, exc)
             except FatalMessageError as fatal:
@@ -731,14 +786,77 @@ class BatchProcessor:
                 raise
             assert outcome.dlq is not None
             topic, key, value, headers = outcome.dlq
-            letters.setdefault(topic, []).append((key, value, list(headers), -1))
+            letters[origin] = (message, runtime, exc, DeadLetter(topic, key, value, tuple(headers)))
             counted = (message.topic, runtime.format_id)
             lost = sum(1 for r in refused if r.origin == origin)
             item.records[counted] = max(0, item.records.get(counted, 0) - lost)
-        for fut in await self.output.send(letters):
-            again = await fut
-            if type(again) is list and again:
-                raise RuntimeError(f"the dead letter of a refused record was refused too: {again[0].error}")
+        await self._send_dead_letters(letters)
+
+    async def _send_dead_letters(self, letters: Mapping[int, tuple[Message, EntryRuntime, Exception, DeadLetter]]) -> None:
+        """Send ``letters`` (by their message's origin) and wait for their acknowledgement.
+
+        A dead letter the DLQ topic refuses for its size is sent again, smaller
+        (:func:`service.dlq.smaller_dead_letters`: the prefix form, then the smallest, skipping a
+        form larger than the topic's limit read again from the broker). When the topic refuses
+        even the smallest, the message is logged at ERROR with its coordinates and counted
+        (``cdcnorm_dlq_refused_total``), and the worker goes on: the message stays in its source
+        topic only. Kafka Connect's dead-letter reporter does the same (it logs a failed DLQ
+        produce and counts it); stopping instead would stop the worker at the same message after
+        every restart, until the DLQ topic's limit is raised."""
+        worker = self.normalizer.config.worker
+        pending = {origin: entry[3] for origin, entry in letters.items()}
+        smaller: dict[int, list[DeadLetter]] = {}
+        while pending:
+            batch: dict[str, list[Record]] = {}
+            for origin, letter in pending.items():
+                batch.setdefault(letter.topic, []).append((letter.key, letter.value, list(letter.headers), origin))
+            again: dict[int, Refusal] = {}
+            for fut in await self.output.send(batch):
+                result = await fut
+                if type(result) is list:
+                    for refusal in result:
+                        again.setdefault(refusal.origin, refusal)
+            if not again:
+                return
+            await self._read_limits({r.topic for r in again.values() if not r.local})
+            retry: dict[int, DeadLetter] = {}
+            for origin, refusal in again.items():
+                message, runtime, exc, _ = letters[origin]
+                size = letter_bytes(pending[origin])
+                known = self.normalizer.letter_limits.get(refusal.topic)
+                if origin not in smaller:
+                    smaller[origin] = smaller_dead_letters(
+                        message, exc, pending[origin], size - 1 if known is None else known,
+                        worker.oversized_prefix_bytes, runtime.format_id, worker.app_id,
+                    )
+                forms = smaller[origin]
+                while len(forms) > 1 and known is not None and letter_bytes(forms[0]) > known:
+                    forms.pop(0)  # known not to fit: the next one
+                if forms:
+                    retry[origin] = forms.pop(0)
+                    log.warning(
+                        "dead letter refused by its DLQ topic for its size, sending a smaller one topic=%s "
+                        "partition=%s offset=%s dlq=%s bytes=%d smaller=%d",
+                        message.topic, message.partition, message.offset, refusal.topic, size,
+                        letter_bytes(retry[origin]),
+                        extra={"topic": message.topic, "partition": message.partition, "offset": message.offset,
+                               "dlq_topic": refusal.topic},
+                    )
+                else:
+                    self._dead_letter_lost(message, refusal, size)
+            pending = retry
+
+    def _dead_letter_lost(self, message: Message, refusal: Refusal, size: int) -> None:
+        self.normalizer.metrics.dlq_refused.labels(message.topic, refusal.topic).inc()
+        log.error(
+            "dead letter refused by its DLQ topic even in its smallest form, going on without it: topic=%s "
+            "partition=%s offset=%s dlq=%s bytes=%d error=%s; the message stays in its source topic only "
+            "(cdcnorm tail %s --partition %s --offset %s --count 1); raise the DLQ topic's max.message.bytes",
+            message.topic, message.partition, message.offset, refusal.topic, size, refusal.error,
+            message.topic, message.partition, message.offset,
+            extra={"topic": message.topic, "partition": message.partition, "offset": message.offset,
+                   "dlq_topic": refusal.topic, "error_class": "RecordTooLargeError"},
+        )
 
     def _fail(self, exc: BaseException) -> None:
         if self.failed is None:
@@ -938,16 +1056,20 @@ def create_app(
         return high
 
     output: Output
+    # the topics' max.message.bytes, read from the broker: batches and dead letters are sized to them
+    limits = TopicLimits(config.broker.librdkafka()) if producer is None else None
     if producer is not None:
         output = BatchedOutput(producer)
     elif config.worker.output_client is OutputClient.AIOKAFKA:
         output = BatchedOutput(_AppProducer())
+        app.idempotent_producer = True  # acks=all and idempotent, as the librdkafka output
     else:
         from service.rdkafka import RdKafkaOutput, producer_config
 
         output = RdKafkaOutput(
             producer_config(config.broker.librdkafka(), output_message_bytes(config.worker),
-                            config.worker.max_inflight_bytes, config.worker.max_record_bytes)
+                            config.worker.max_inflight_bytes, config.worker.max_record_bytes),
+            limits,
         )
     processor = BatchProcessor(
         normalizer,
@@ -957,6 +1079,7 @@ def create_app(
         max_inflight_bytes=config.worker.max_inflight_bytes,
         on_fatal=fatal,
         highwater=highwater if producer is None else None,
+        limits=limits,
     )
     app.batch_handler = processor
     app.cdcnorm_processor = processor  # type: ignore[attr-defined]

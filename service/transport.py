@@ -16,9 +16,10 @@ committed offsets, flow control, the commit timer, the livelock detector) and re
 * ``wait_empty`` (called on stop and before partitions are revoked): waits for the handler's
   in-flight output to be acknowledged, then commits.
 
-Its producer (:class:`IdempotentProducer`, the output with ``worker.output_client: aiokafka``)
-is idempotent with ``acks=all``: Faust's asks for idempotence only inside transactions, so a
-batch retried after a broker failure could be written twice.
+Its producer (:class:`IdempotentProducer`) is idempotent with ``acks=all`` when it is the
+output (``worker.output_client: aiokafka``, :attr:`BatchApp.idempotent_producer`): Faust asks
+for idempotence only inside transactions, so a batch retried after a broker failure could be
+written twice.
 
 :class:`BatchApp` is a :class:`faust.App` that uses this transport.
 """
@@ -208,16 +209,22 @@ async def _rewind_positions(consumer: Any, first: Mapping[TP, int]) -> dict[TP, 
 
 
 class IdempotentProducer(faust_aiokafka.Producer):
-    """Faust's aiokafka producer, idempotent and with ``acks=all`` outside transactions too.
+    """Faust's aiokafka producer, idempotent and with ``acks=all`` outside transactions too when
+    the app says so (:attr:`BatchApp.idempotent_producer`).
 
     Faust sets ``enable_idempotence`` only for its exactly-once transactions. Without it a
     batch whose acknowledgement was lost (a leader killed after it wrote, a request timing out)
     is sent again and written twice; with it the broker drops the copy (producer id and
-    sequence number) and librdkafka's output (:mod:`service.rdkafka`) behaves the same.
+    sequence number), as it does for librdkafka's output (:mod:`service.rdkafka`). Faust starts
+    this producer even when it sends nothing, so it asks for a producer id only when it is the
+    output (some Kafka-protocol brokers, Tansu among them, refuse aiokafka's request).
     """
 
     def _settings_extra(self) -> Mapping[str, Any]:
-        return {**super()._settings_extra(), "acks": "all", "enable_idempotence": True}
+        extra = dict(super()._settings_extra())
+        if getattr(self.app, "idempotent_producer", False):
+            extra.update({"acks": "all", "enable_idempotence": True})
+        return extra
 
 
 class BatchTransport(faust_aiokafka.Transport):
@@ -231,6 +238,9 @@ class BatchApp(faust.App):
     """A Faust app on :class:`BatchTransport`; set :attr:`batch_handler` before it starts."""
 
     batch_handler: BatchHandler | None = None
+    idempotent_producer: bool = False
+    """Whether Faust's producer is idempotent with ``acks=all`` (:class:`IdempotentProducer`):
+    set when it produces the output; set it before the producer starts."""
 
     def _new_transport(self) -> TransportT:
         return BatchTransport(self.conf.broker_consumer, self)
