@@ -32,7 +32,9 @@ Kafka Connect's ``DeadLetterQueueReporter`` adds, in its order and value formats
 A message larger than ``worker.max_message_bytes`` is not normalized, and its dead letter cannot
 carry it: :func:`oversized_dead_letter` writes a bounded prefix, the sizes and sha256 of the key
 and value (``__cdcnorm.oversized.*``) and always the context headers (stage ``KAFKA_CONSUME``),
-whose topic, partition and offset say where the original stays.
+whose topic, partition and offset say where the original stays. A dead letter too large for its
+DLQ topic takes that form too, and when the DLQ topic refuses even that, the smallest form
+(:func:`smaller_dead_letters`).
 
 >>> rec = dead_letter(Message(b"v", key=b"k", topic="t", partition=1, offset=7),
 ...                   ValueError("boom"), "dlq", "canal-json", "worker", task="worker-host-1")
@@ -75,6 +77,7 @@ __all__ = [
     "failure_stage",
     "message_bytes",
     "oversized_dead_letter",
+    "smaller_dead_letters",
     "task_id",
     "too_large_dead_letter",
 ]
@@ -136,6 +139,7 @@ _EMIT_MODULE = "transforms.envelope"
 
 _MAX_TRACE = 8000
 _MAX_MESSAGE = 8000  # characters of str(exception) kept (a decoder may quote a whole value)
+_BRIEF_MESSAGE = 500  # ... in the smallest form of a dead letter
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,18 +232,20 @@ def dead_letter(
     *,
     context_headers: bool = True,
     task: str | None = None,
+    brief: bool = False,
 ) -> DeadLetter:
     """The DLQ record for ``message`` that failed with ``exc``.
 
     ``connector`` is ``worker.app_id``; ``task`` defaults to :func:`task_id` of it. Without
     ``context_headers`` the dead letter is the original record exactly (no ``__connect.errors.*``
-    nor ``__cdcnorm.format`` header), as Connect writes it by default.
+    nor ``__cdcnorm.format`` header), as Connect writes it by default. ``brief`` leaves the stack
+    trace empty and cuts the exception message to its first 500 characters.
     """
     if not context_headers:
         return DeadLetter(dlq_topic, message.key, message.value, tuple(message.headers))
     cls = type(exc)
     stage, executing = failure_stage(exc)
-    trace = "".join(traceback.format_exception(exc))[-_MAX_TRACE:]
+    trace = "" if brief else "".join(traceback.format_exception(exc))[-_MAX_TRACE:]
     context: tuple[tuple[str, bytes], ...] = (
         (ERROR_TOPIC, message.topic.encode()),
         (ERROR_PARTITION, str(message.partition if message.partition is not None else -1).encode()),
@@ -249,7 +255,7 @@ def dead_letter(
         (ERROR_STAGE, stage.encode()),
         (ERROR_EXECUTING_CLASS, executing.encode()),
         (ERROR_CLASS, _class_name(cls).encode()),
-        (ERROR_MESSAGE, str(exc)[:_MAX_MESSAGE].encode("utf-8", "replace")),
+        (ERROR_MESSAGE, str(exc)[:_BRIEF_MESSAGE if brief else _MAX_MESSAGE].encode("utf-8", "replace")),
         (ERROR_STACKTRACE, trace.encode("utf-8", "replace")),
         (FORMAT_HEADER, format_id.encode()),
     )
@@ -331,15 +337,62 @@ def too_large_dead_letter(
     >>> h["__connect.errors.stage"], h["__cdcnorm.too_large.bytes"], h["__cdcnorm.too_large.limit"]
     (b'KAFKA_PRODUCE', b'70000', b'65536')
     """
-    about = [(RECORD_TOPIC, exc.topic.encode()), (RECORD_BYTES, str(exc.size).encode())]
-    if exc.limit is not None:
-        about.append((RECORD_LIMIT, str(exc.limit).encode()))
+    about = too_large_headers(exc)
     letter = dead_letter(message, exc, dlq_topic, format_id, connector, context_headers=True, task=task)
     letter = DeadLetter(letter.topic, letter.key, letter.value, (*letter.headers, *about))
     if letter_bytes(letter) > exc.cap:
         cut = oversized_dead_letter(message, exc, prefix_bytes, dlq_topic, format_id, connector, task=task)
         letter = DeadLetter(cut.topic, cut.key, cut.value, (*cut.headers, *about))
     return letter
+
+
+def too_large_headers(exc: RecordTooLargeError) -> tuple[tuple[str, bytes], ...]:
+    """``__cdcnorm.too_large.topic``, ``.bytes`` and (for the worker's check) ``.limit`` of ``exc``."""
+    about = [(RECORD_TOPIC, exc.topic.encode()), (RECORD_BYTES, str(exc.size).encode())]
+    if exc.limit is not None:
+        about.append((RECORD_LIMIT, str(exc.limit).encode()))
+    return tuple(about)
+
+
+def smaller_dead_letters(
+    message: Message,
+    exc: BaseException,
+    refused: DeadLetter,
+    limit: int,
+    prefix_bytes: int,
+    format_id: str,
+    connector: str,
+    *,
+    task: str | None = None,
+) -> list[DeadLetter]:
+    """What to send, one after the other, when the DLQ topic refused ``refused`` (``message``'s
+    dead letter for ``exc``) for its size: the :func:`oversized_dead_letter` form (a prefix of
+    ``prefix_bytes``, the sizes and sha256, the context headers) unless ``refused`` was already
+    that small, then the smallest form: no prefix, no original headers, no stack trace, the
+    exception message cut to 500 characters, the sizes and sha256 and the source coordinates
+    (always). Each is smaller than the one before. ``limit`` goes to ``__cdcnorm.oversized.limit``
+    (the DLQ topic's limit when known, else less than the refused size). A
+    :class:`RecordTooLargeError`'s ``__cdcnorm.too_large.*`` headers are kept.
+
+    >>> m = Message(b"x" * 5000, key=b"k", topic="t", partition=0, offset=3)
+    >>> exc = RecordTooLargeError("out", 12_000, None, "MSG_SIZE_TOO_LARGE: Broker: Message size too large")
+    >>> full = too_large_dead_letter(m, exc, 16, "dlq", "f", "w", task="w-1")
+    >>> [(len(d.value or b""), letter_bytes(d) < letter_bytes(full)) for d in smaller_dead_letters(
+    ...     m, exc, full, letter_bytes(full) - 1, 16, "f", "w", task="w-1")]
+    [(16, True), (0, True)]
+    """
+    about = too_large_headers(exc) if isinstance(exc, RecordTooLargeError) else ()
+    out: list[DeadLetter] = []
+    size = letter_bytes(refused)
+    for prefix, brief in ((prefix_bytes, False), (0, True)):
+        cut = oversized_dead_letter(message, exc, prefix, refused.topic, format_id, connector, task=task,
+                                    limit=limit, brief=brief)
+        letter = DeadLetter(cut.topic, cut.key, cut.value, (*cut.headers, *about))
+        smaller = letter_bytes(letter)
+        if smaller < size:
+            out.append(letter)
+            size = smaller
+    return out
 
 
 def _headers_bytes(headers: tuple[tuple[str, bytes], ...]) -> int:
@@ -362,13 +415,15 @@ def message_bytes(message: Message) -> int:
 
 def oversized_dead_letter(
     message: Message,
-    exc: OversizedMessageError | RecordTooLargeError,
+    exc: BaseException,
     prefix_bytes: int,
     dlq_topic: str,
     format_id: str,
     connector: str,
     *,
     task: str | None = None,
+    limit: int | None = None,
+    brief: bool = False,
 ) -> DeadLetter:
     """The DLQ record for a message larger than ``worker.max_message_bytes``.
 
@@ -380,7 +435,9 @@ def oversized_dead_letter(
     length, and the size and sha256 of the key and of the value. ``cdcnorm dlq replay`` does not
     replay it (the original must be read from the source topic). For a :class:`RecordTooLargeError`
     whose source message does not fit a dead letter either, the size is the message's and the limit
-    the error's ``cap``.
+    the error's ``cap``; for any other failure whose dead letter is too large for its DLQ topic, the
+    size is the message's and the limit ``limit`` (the largest dead letter the topic takes).
+    ``brief``: see :func:`dead_letter`.
 
     >>> letter = oversized_dead_letter(Message(b"x" * 3000, key=b"k", topic="t", partition=0, offset=9),
     ...                                OversizedMessageError(3001, 2048), 4, "dlq", "canal-json", "w", task="w-1")
@@ -394,8 +451,13 @@ def oversized_dead_letter(
         None if key is None else key[:prefix_bytes],
         message.topic, message.partition, message.offset, message.timestamp_ms, kept_headers,
     )
-    letter = dead_letter(cut, exc, dlq_topic, format_id, connector, context_headers=True, task=task)
-    size, limit = (exc.size, exc.limit) if isinstance(exc, OversizedMessageError) else (message_bytes(message), exc.cap)
+    letter = dead_letter(cut, exc, dlq_topic, format_id, connector, context_headers=True, task=task, brief=brief)
+    if isinstance(exc, OversizedMessageError):
+        size, limit = exc.size, exc.limit if limit is None else limit
+    else:
+        size = message_bytes(message)
+        if limit is None:
+            limit = exc.cap if isinstance(exc, RecordTooLargeError) else size - 1
     about: list[tuple[str, bytes]] = [
         (OVERSIZED_BYTES, str(size).encode()),
         (OVERSIZED_LIMIT, str(limit).encode()),

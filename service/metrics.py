@@ -79,6 +79,13 @@ class WorkerMetrics:
         self.dlq = Counter(
             "cdcnorm_dlq", "Source messages sent to the dead-letter queue.", ["topic", "format", "error_class"], registry=r
         )
+        self.dlq_refused = Counter(
+            "cdcnorm_dlq_refused",
+            "Dead letters their DLQ topic refused even in their smallest form (logged at ERROR; the message "
+            "stays in its source topic only).",
+            ["topic", "dlq_topic"],
+            registry=r,
+        )
         self.decode_seconds = BulkHistogram(
             "cdcnorm_decode_seconds",
             "Time to decode, transform and serialize one source message.",

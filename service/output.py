@@ -206,6 +206,7 @@ class Refusal:
     origin: int  # the record's origin (see :data:`Record`)
     size: int  # record_wire_bytes of the record
     error: str  # the error's name and text, e.g. "MSG_SIZE_TOO_LARGE: Broker: Message size too large"
+    local: bool = False  # refused by the producer's own check (librdkafka's message.max.bytes), not the broker
 
 
 class Output(Protocol):

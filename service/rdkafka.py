@@ -23,6 +23,14 @@ Delivery guarantees are those of the aiokafka output:
   delivery report) does not fail the future: the future's result lists it as a
   :class:`~service.output.Refusal` (its topic, origin, size and error), and the worker
   dead-letters its source message before it commits the offsets.
+* The broker refuses a whole record batch above the topic's ``max.message.bytes``, and librdkafka
+  does not split it (the Java producer does): every record of it is refused. Given the topics'
+  limits (:class:`service.limits.TopicLimits`, read from the broker), the output keeps librdkafka's
+  ``batch.size`` at or below the smallest limit of the topics it has written to, so that only a
+  record too large on its own is refused. A topic with a lower limit than the batches so far waits
+  for what was produced before (delivered in the batches it was made for), and a new producer with
+  the smaller ``batch.size`` takes over. A broker refusal makes the output read that topic's limit
+  again before its next records (it may have been lowered).
 
 Delivery callbacks are served by :meth:`confluent_kafka.Producer.poll` from a task on the event
 loop while records are unacknowledged, so they run on the loop's thread.
@@ -37,14 +45,17 @@ from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
 
-from service.output import Record, RecordQueue, Refusal, record_wire_bytes
+from service.limits import TopicLimits
+from service.output import RECORD_FRAMING_BYTES, Record, RecordQueue, Refusal, record_wire_bytes
 
-__all__ = ["SIZE_ERRORS", "RdKafkaOutput", "producer_config"]
+__all__ = ["BATCH_BYTES", "SIZE_ERRORS", "RdKafkaOutput", "producer_config"]
 
 log = logging.getLogger(__name__)
 
 _POLL_INTERVAL_S = 0.002  # while records are unacknowledged
 _FULL_QUEUE_WAIT_S = 0.005  # librdkafka's local queue is full: let deliveries drain
+BATCH_BYTES = 1_000_000
+"""librdkafka's default ``batch.size``."""
 SIZE_ERRORS = frozenset({10, 18})
 """``MSG_SIZE_TOO_LARGE`` (a record above librdkafka's ``message.max.bytes``, or the broker's
 ``RecordTooLargeException``: above the topic's ``max.message.bytes``) and
@@ -74,7 +85,7 @@ def producer_config(client: Mapping[str, Any], max_message_bytes: int, buffer_by
         "compression.type": "none",
     }
     if batch_bytes is not None:
-        config["batch.size"] = min(batch_bytes, 1_000_000)
+        config["batch.size"] = min(batch_bytes, BATCH_BYTES)
     if buffer_bytes is not None:
         config["queue.buffering.max.kbytes"] = min(-(-(buffer_bytes + 2 * max_message_bytes) // 1024), 2**31 - 1)
     return config
@@ -96,8 +107,9 @@ class _Delivery:
         """librdkafka's delivery report of a record without a source message (origin -1)."""
         self.delivered_from(-1, err, msg)
 
-    def delivered_from(self, origin: int, err: Any, msg: Any) -> None:
-        """The delivery report of a record of source message ``origin``."""
+    def delivered_from(self, origin: int, err: Any, msg: Any, header_bytes: int = 0) -> None:
+        """The delivery report of a record of source message ``origin``; ``header_bytes`` is what
+        its headers add to its size (a delivery report has no headers)."""
         self.output.unacked -= 1
         if err is not None:
             if err.code() not in SIZE_ERRORS:
@@ -106,14 +118,15 @@ class _Delivery:
 
                     self.future.set_exception(KafkaException(err))
                 return
-            self.refuse(msg.topic(), origin, record_wire_bytes(msg.key(), msg.value(), msg.headers() or ()), err)
+            self.output.refused_by_broker(msg.topic())
+            self.refuse(msg.topic(), origin, record_wire_bytes(msg.key(), msg.value()) + header_bytes, err)
             return
         self.count_down()
 
     def refuse(self, topic: str, origin: int, size: int, err: Any, where: str = "") -> None:
         """Record ``err`` refusing a record for its size; ``where`` says who refused, when it was
         not the broker (librdkafka's local check reuses the broker's error and text)."""
-        self.refused.append(Refusal(topic, origin, size, f"{err.name()}{where}: {err.str()}"))
+        self.refused.append(Refusal(topic, origin, size, f"{err.name()}{where}: {err.str()}", local=bool(where)))
         log.warning("record refused for its size topic=%s bytes=%d error=%s", topic, size, err.name(),
                     extra={"topic": topic, "error_class": err.name()})
         self.count_down()
@@ -129,16 +142,54 @@ class RdKafkaOutput(RecordQueue):
 
     The same interface as :class:`service.output.BatchedOutput`: :meth:`append` only queues,
     :meth:`take` hands the queued records over, :meth:`send` produces them. Successive calls keep
-    the order of records per partition.
+    the order of records per partition. With ``limits``, librdkafka's ``batch.size`` follows the
+    smallest ``max.message.bytes`` of the topics written to (module docstring).
     """
 
-    def __init__(self, config: Mapping[str, Any]) -> None:
+    def __init__(self, config: Mapping[str, Any], limits: TopicLimits | None = None) -> None:
         super().__init__()
         self._config = dict(config)
         self._producer: Any = None
         self._poller: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self._lock = asyncio.Lock()  # one send (or producer change) at a time
+        self.limits = limits
+        self._sized: set[str] = set()  # topics whose limit the batch size already respects
         self.unacked = 0
+
+    @property
+    def batch_bytes(self) -> int:
+        """librdkafka's ``batch.size``: the most bytes of records sent in one batch."""
+        return int(self._config.get("batch.size", BATCH_BYTES))
+
+    def refused_by_broker(self, topic: str) -> None:
+        """The broker refused a record of ``topic`` for its size: read its limit again."""
+        self._sized.discard(topic)
+        if self.limits is not None:
+            self.limits.forget(topic)
+
+    async def _fit(self, topics: list[str]) -> None:
+        """Keep ``batch.size`` at or below the ``max.message.bytes`` of ``topics`` (read from the broker)."""
+        assert self.limits is not None
+        found = await self.limits.learn(topics)
+        smallest, by = self.batch_bytes, ""
+        for topic, limit in found.items():
+            if limit is None:
+                continue  # unknown: asked again later
+            self._sized.add(topic)
+            if limit < smallest:
+                smallest, by = limit, topic
+        if not by:
+            return
+        log.info("output batches of at most %d bytes from now on: topic %s has max.message.bytes=%d "
+                 "(librdkafka's batch.size was %d)", smallest, by, smallest, self.batch_bytes,
+                 extra={"topic": by})
+        self._config["batch.size"] = smallest
+        old, self._producer = self._producer, None
+        if old is not None:  # what it holds goes out in the batches it was made for, then a new producer
+            while len(old):
+                old.poll(0)
+                await asyncio.sleep(_POLL_INTERVAL_S)
 
     def _client(self) -> Any:
         if self._producer is None:
@@ -160,6 +211,14 @@ class RdKafkaOutput(RecordQueue):
         total = sum(len(records) for records in queued.values())
         if not total:
             return []
+        async with self._lock:
+            if self.limits is not None:
+                new = [topic for topic in queued if topic not in self._sized]
+                if new:
+                    await self._fit(new)
+            return await self._produce(queued, total)
+
+    async def _produce(self, queued: dict[str, list[Record]], total: int) -> list[Awaitable[Any]]:
         from confluent_kafka import KafkaException
 
         producer = self._client()
@@ -170,7 +229,11 @@ class RdKafkaOutput(RecordQueue):
             origin = -1
             delivered: Callable[[Any, Any], None] = delivery.delivered
             for key, value, headers, source in records:
-                if source != origin:  # one callback per source message, not per record
+                if headers:  # its own callback: it knows the size of the headers
+                    delivered = partial(delivery.delivered_from, source,
+                                        header_bytes=record_wire_bytes(None, None, headers) - RECORD_FRAMING_BYTES)
+                    origin = -2
+                elif source != origin:  # one callback per source message, not per record
                     origin, delivered = source, partial(delivery.delivered_from, source)
                 while True:
                     try:
@@ -197,12 +260,13 @@ class RdKafkaOutput(RecordQueue):
             self._poller = asyncio.ensure_future(self._poll_loop())
 
     async def _poll_loop(self) -> None:
-        producer = self._client()
         while True:
             if self.unacked <= 0:
                 self._wake.clear()
                 await self._wake.wait()
-            producer.poll(0)
+            producer = self._producer  # the current one (:meth:`_fit` may replace it)
+            if producer is not None:
+                producer.poll(0)
             await asyncio.sleep(_POLL_INTERVAL_S)
 
     async def close(self, timeout_s: float = 10.0) -> None:
