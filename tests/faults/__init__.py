@@ -1,6 +1,7 @@
 """Scripted fault-injection tests (``-m faults``; also ``integration``).
 
-Real processes on loopback: Tansu (``service.local.start_tansu``), redis-server
+Real processes on loopback: the test broker (Apache Kafka, or Tansu with
+``CDCNORM_TEST_BROKER=tansu``: :mod:`tests.brokers`), redis-server
 (``service.local.start_redis``), the worker (``python -m service.cli worker``) and the sink
 (``python -m sink --once``, in its own process group so a kill takes its JVM too).
 
@@ -27,6 +28,10 @@ Real processes on loopback: Tansu (``service.local.start_tansu``), redis-server
 * ``test_oversized_message``: a 50 MiB source message between 3000 changes.
 * ``test_record_too_large``: normalized records above ``worker.max_record_bytes`` (100000) in the middle
   of 2000 changes, and a size refusal by the output producer (librdkafka's ``message.max.bytes``).
+* ``test_topic_size_limits``: a topic's ``max.message.bytes`` enforced by Apache Kafka: a normalized
+  record the broker refuses (normalized topics at 150000 bytes, the worker's limits above) in the
+  middle of 2000 changes; DLQ topics smaller than a dead letter (known at start, lowered while the
+  worker runs, smaller than any dead letter).
 * ``test_sink_write_outage``: one table's Iceberg metadata folder refuses writes mid-run; the sink
   retries with back-off, commits no offset, reports why, and resumes.
 * ``test_sink_ownership``: sinks of two consumer groups on one warehouse: the second stops with an

@@ -30,7 +30,9 @@ __all__ = [
     "MidStream",
     "SinkResult",
     "WorkerRun",
+    "alter_topic",
     "committed_offsets",
+    "create_configured_topics",
     "dead_letter_line",
     "kill_group",
     "kill_worker",
@@ -45,6 +47,7 @@ __all__ = [
     "sink_batches",
     "sink_config",
     "start_sink",
+    "topic_config",
     "wait_committed",
     "wait_consuming",
     "wait_position",
@@ -159,15 +162,61 @@ class MidStream:
         return self.ends[partition] - offset - 1
 
 
+def create_configured_topics(bootstrap: str, configs: dict[str, dict[str, str]], partitions: int = 2,
+                             timeout_s: float = 15.0) -> None:
+    """Create each topic of ``configs`` with its topic configs (e.g. ``max.message.bytes``), as an
+    operator would with ``kafka-topics --create --config``; an existing topic is an error (its
+    configs would not be these)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    if not configs:
+        return
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = [NewTopic(name, num_partitions=partitions, replication_factor=1, config=dict(config))
+           for name, config in configs.items()]
+    for future in admin.create_topics(new, operation_timeout=timeout_s).values():
+        future.result(timeout_s)
+    wait_for(lambda: set(configs) <= set(admin.list_topics(timeout=timeout_s).topics), timeout_s, "topics")
+
+
+def topic_config(bootstrap: str, topic: str, name: str, timeout_s: float = 10.0) -> str:
+    """The value of topic config ``name`` of ``topic``, as the broker describes it."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept until the answer: its futures need it
+    resource = ConfigResource("topic", topic)
+    found = admin.describe_configs([resource])[resource].result(timeout_s)
+    return str(found[name].value)
+
+
+def alter_topic(bootstrap: str, topic: str, configs: dict[str, str], timeout_s: float = 10.0) -> None:
+    """Set topic configs of ``topic`` while it is in use (IncrementalAlterConfigs, as
+    ``kafka-configs --alter --add-config`` does), and wait until the broker describes them."""
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+
+    entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()]
+    resource = ConfigResource("topic", topic, incremental_configs=entries)
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.incremental_alter_configs([resource])[resource].result(timeout_s)
+    wait_for(lambda: all(topic_config(bootstrap, topic, k) == v for k, v in configs.items()), timeout_s,
+             f"{topic} configs {configs}")
+
+
 def produce_mid_stream(bootstrap: str, tag: str, stream: Any, injected: list[tuple[bytes, bytes]], *,
-                       extra_outputs: tuple[str, ...] = (), produce_conf: dict[str, Any] | None = None) -> MidStream:
+                       extra_outputs: tuple[str, ...] = (), produce_conf: dict[str, Any] | None = None,
+                       source_config: dict[str, str] | None = None, output_config: dict[str, str] | None = None,
+                       dlq_config: dict[str, str] | None = None) -> MidStream:
     """Topics ``<tag><hex>-src`` (2 partitions), the normalized ones of ``workload.TABLES`` (and
-    ``extra_outputs``) and the DLQ; then the first half of ``stream``, each ``injected`` message
-    (produced with ``produce_conf``), and the second half."""
+    ``extra_outputs``) and the DLQ, created with ``source_config``, ``output_config`` and
+    ``dlq_config`` (topic configs, e.g. ``max.message.bytes``) when given; then the first half of
+    ``stream``, each ``injected`` message (produced with ``produce_conf``), and the second half."""
     from tests.faults.workload import DB, TABLES, produce
 
     prefix = f"{tag}{uuid.uuid4().hex[:8]}"
     run = MidStream(prefix, f"{prefix}-src", f"{prefix}.dlq", [f"{prefix}.{DB}.{t}" for t in TABLES])
+    outputs = [*run.outputs, *(f"{prefix}.{DB}.{t}" for t in extra_outputs)]
+    configured = {run.source: source_config, **dict.fromkeys(outputs, output_config), run.dlq_topic: dlq_config}
+    create_configured_topics(bootstrap, {t: c for t, c in configured.items() if c is not None})
     create_topics(bootstrap, [run.source], partitions=2)
     create_topics(bootstrap, [*run.outputs, *(f"{prefix}.{DB}.{t}" for t in extra_outputs), run.dlq_topic],
                   partitions=2)
