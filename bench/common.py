@@ -14,6 +14,10 @@ target it should meet. A bench script looks like::
 ``var/bench/<bench>.json``). Targets are reported, never asserted: the exit code is 0 unless the
 benchmark itself failed. ``python -m bench.common summary FILE...`` prints one table over
 several JSON results (``bench/run`` uses it).
+
+A bench that needs a broker asks :func:`bench_parser` for ``--broker`` (``tansu`` or ``kafka``,
+and ``both`` where the script measures on each) and starts it with :func:`start_bench_broker`,
+which is :func:`service.local.start_broker`: the same brokers the tests and ``cdcnorm up`` start.
 """
 
 from __future__ import annotations
@@ -28,17 +32,27 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from service.local import LocalBroker
 
 __all__ = [
+    "BENCH_BROKERS",
     "SIZES",
     "BenchReport",
     "Info",
     "Ratio",
     "bench_parser",
+    "broker_pids",
+    "brokers_of",
     "interleaved",
+    "jit_cpu_seconds",
     "percentile",
+    "process_cpu_seconds",
     "rss_bytes",
+    "start_bench_broker",
+    "stop_bench_broker",
     "summary",
 ]
 
@@ -48,12 +62,111 @@ SIZES = ("tiny", "small", "full")
 RESULTS_DIR = Path(__file__).resolve().parents[1] / "var" / "bench"
 
 
-def bench_parser(description: str) -> argparse.ArgumentParser:
-    """An argument parser with the options every bench script takes: ``--size`` and ``--json``."""
+BENCH_BROKERS = ("kafka", "tansu")
+"""The brokers a bench can start (:data:`service.local.BROKERS`), in the order ``--broker both`` runs them."""
+
+
+def bench_parser(description: str, broker: str | None = None, *, both: bool = False) -> argparse.ArgumentParser:
+    """An argument parser with the options every bench script takes: ``--size`` and ``--json``.
+
+    A script that starts a broker passes its default ``broker`` and gets ``--broker kafka|tansu``
+    (with ``both``, also ``--broker both``: the script measures on each, one after the other).
+
+    >>> bench_parser("x", "tansu").parse_args(["--broker", "kafka"]).broker
+    'kafka'
+    >>> bench_parser("x", "both", both=True).parse_args([]).broker
+    'both'
+    """
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--size", choices=SIZES, default="small", help="workload size (default: small)")
     parser.add_argument("--json", type=Path, default=None, help="where to write the JSON result")
+    if broker is not None:
+        choices = [*BENCH_BROKERS, "both"] if both else list(BENCH_BROKERS)
+        if broker not in choices:
+            raise ValueError(f"default broker {broker!r} is not one of {choices}")
+        what = "Apache Kafka (KRaft, one node) or Tansu" + (", or each in turn" if both else "")
+        parser.add_argument("--broker", choices=choices, default=broker,
+                            help=f"the local broker to start: {what} (default: {broker})")
     return parser
+
+
+def brokers_of(choice: str) -> list[str]:
+    """The brokers a ``--broker`` value names, in the order they run.
+
+    >>> brokers_of("both"), brokers_of("tansu")
+    (['kafka', 'tansu'], ['tansu'])
+    """
+    if choice == "both":
+        return list(BENCH_BROKERS)
+    if choice not in BENCH_BROKERS:
+        raise ValueError(f"unknown broker {choice!r}; expected one of {', '.join(BENCH_BROKERS)} or both")
+    return [choice]
+
+
+def start_bench_broker(kind: str, log_dir: Path) -> LocalBroker:
+    """Start a local broker of ``kind`` (:func:`service.local.start_broker`), logging into
+    ``log_dir``; say which and how long it took. Stop it with :func:`stop_bench_broker`."""
+    from service.local import start_broker
+
+    started = time.perf_counter()
+    broker = start_broker(kind, log_dir=log_dir)
+    print(f"broker: {broker.description}, started in {time.perf_counter() - started:.1f}s", flush=True)
+    return broker
+
+
+def stop_bench_broker(broker: LocalBroker) -> None:
+    """Stop ``broker`` and remove a Kafka node's data (what the bench produced); its
+    ``server.log`` stays."""
+    import shutil
+
+    broker.stop()
+    for node in getattr(broker, "nodes", ()):
+        shutil.rmtree(node.directory / "data", ignore_errors=True)
+
+
+def broker_pids(broker: LocalBroker) -> list[int]:
+    """The process ids of a broker :func:`start_bench_broker` started (every Kafka node, or Tansu)."""
+    nodes = getattr(broker, "nodes", None)
+    procs = [n.process for n in nodes] if nodes is not None else [getattr(broker, "process", None)]
+    return [p.pid for p in procs if p is not None and p.poll() is None]
+
+
+def jit_cpu_seconds(pids: Iterable[int]) -> float:
+    """CPU seconds of the JIT compiler threads (HotSpot's ``C1``/``C2 CompilerThread``) of the
+    processes ``pids`` so far: the part of a JVM broker's CPU that is warming up, not serving.
+    Read from ``/proc`` (0 elsewhere, and for a process that is not a JVM)."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                name = Path(f"/proc/{pid}/task/{tid}/comm").read_text()
+                if not name.startswith(("C1 CompilerThre", "C2 CompilerThre")):
+                    continue
+                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
+
+
+def process_cpu_seconds(pids: Iterable[int]) -> float:
+    """User + system CPU seconds of the processes ``pids`` (and their threads) so far; 0 for one gone."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            t = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ left idle allow: ``min(k, 1 / busy share of one process)``; the report says how 
 reached. On a 2-core machine shared with the broker the curve should flatten at 2 processes: a
 third process has no core to run on.
 
-Run: ``python -m bench.scaling [--size tiny|small|full] [--messages N] [--processes 1,2,4]``.
+Run: ``python -m bench.scaling [--size tiny|small|full] [--messages N] [--processes 1,2,4]
+[--broker tansu|kafka]``. The broker is Tansu by default (the earlier rounds' figures);
+``--broker kafka`` starts Apache Kafka.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ def run_fleet(broker: Broker, n: int, processes: int, workdir: Path) -> tuple[Wo
     source = f"{prefix}-src"
     workload = canal_workload(n, prefix, source)
     create_topics(broker.bootstrap, [source], partitions=PARTITIONS)
+    create_topics(broker.bootstrap, workload.output_topics, partitions=4)  # as service_e2e's run_workers
     config = worker_config(broker.bootstrap, broker.redis_url, prefix, source, 0)
     fleet = WorkerFleet(config, processes, workdir / f"p{processes}")
     try:
@@ -84,18 +87,19 @@ def run_fleet(broker: Broker, n: int, processes: int, workdir: Path) -> tuple[Wo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = bench_parser("worker throughput of 1, 2 and 4 processes on a 4-partition topic")
+    parser = bench_parser("worker throughput of 1, 2 and 4 processes on a 4-partition topic", broker="tansu")
     parser.add_argument("--messages", type=int, default=None,
                         help="messages per fleet (default by --size: "
                         + ", ".join(f"{k} {v:,}" for k, v in MESSAGES.items()) + ")")
     parser.add_argument("--processes", default="1,2,4", help="fleet sizes (default 1,2,4)")
-    parser.add_argument("--bootstrap", default=None, help="use this broker instead of starting Tansu")
+    parser.add_argument("--bootstrap", default=None,
+                        help="use this running broker instead of starting one (--broker says which kind it is)")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     n = args.messages or MESSAGES[args.size]
     sizes = [int(p) for p in args.processes.split(",")]
     report = BenchReport("scaling", args.size)
     workdir = Path(tempfile.mkdtemp(prefix="cdcnorm-bench-scaling-"))
-    broker = Broker.start(args.bootstrap, workdir)
+    broker = Broker.start(args.broker, args.bootstrap, workdir)
     results: dict[int, WorkerResult] = {}
     try:
         for k in sizes:
@@ -105,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"machine CPU {res.machine_busy:.0%} busy, {read:,} records read ({res.duplicates:,} replayed by rebalances)", flush=True)
     finally:
         broker.stop()
-    report.params.update(messages=n, partitions=PARTITIONS, processes=sizes, cpus=os.cpu_count(),
+    report.params.update(broker=broker.description, messages=n, partitions=PARTITIONS, processes=sizes, cpus=os.cpu_count(),
                          load_avg=os.getloadavg()[0])
     one = results.get(1) or results[min(results)]
     base_name = f"{one.processes} process"

@@ -1,24 +1,32 @@
-"""Worker end-to-end throughput on the local broker, against a bare aiokafka loop in the same run.
+"""Worker end-to-end throughput against a bare consume → produce loop, on Apache Kafka and on
+Tansu, each ratio measured on one broker in the same run.
 
 The workload is ``N`` canal-json messages built from the captured messages of
 ``tests/data/canal-json`` (every non-DDL message with a primary key, up to 2 KB; 1-9 rows each),
-with the primary key of every row rewritten so that every output record has a distinct key. They
-are produced once to a 4-partition source topic, then read by:
+with the primary key of every row rewritten so that every output record has a distinct key.
+For each broker (``--broker both``, the default: Apache Kafka 4.1 first, one KRaft node, then
+Tansu; each started with :func:`service.local.start_broker` and stopped before the next) they
+are produced once to a 4-partition source topic, then read, in rounds, by:
 
 * **baseline**: a bare aiokafka loop in its own process: ``getmany`` → ``send`` the same bytes to
   another topic (not awaited per message) → await the acks of the batch → ``commit``. Its
-  output is counted (every message must be there);
+  consumer fetches as the worker's does (records per poll, bytes per partition, fetch wait), its
+  producer acknowledges as the worker's (``acks=all``, idempotent, linger 5 ms). Its output is
+  counted (every message must be there);
 * **worker**: ``cdcnorm worker`` (the Faust app of :mod:`service.app`) in its own process, with
   the canal-json decoder; the bench polls its ``/metrics`` and samples its CPU time with psutil.
-  Its output topics are then read **until a fetch returns nothing** (Tansu's high watermarks are
-  wrong, see ENVIRONMENT.md) and the records counted against the count the pipeline produces
-  offline for the same messages.
+  Its output topics are then read **until no fetch returns a record** (never by high
+  watermark: Tansu's are wrong, see ENVIRONMENT.md) and the records counted against the count
+  the pipeline produces offline for the same messages.
 
-Reported: messages/s of each and the ratio (target >= 0.5 per worker process), CPU per message
-(process CPU seconds / messages) of each, records/s of the worker.
+Reported per broker: messages/s of each and the ratio (target >= 0.7 on Kafka, >= 0.5 on Tansu,
+one worker process), CPU per message (process CPU seconds / messages) of each, the broker's own
+CPU per message during each, the share of the machine's cores busy, records/s of the worker;
+and once, the normalize CPU per message without Kafka.
 
-Run: ``python -m bench.service_e2e [--size tiny|small|full] [--messages N] [--repeats R]``.
-``--profile DIR`` runs ``py-spy record`` on the worker and writes a speedscope JSON there.
+Run: ``python -m bench.service_e2e [--size tiny|small|full] [--broker both|kafka|tansu]
+[--messages N] [--repeats R]``. ``--profile DIR`` runs ``py-spy record`` on the worker of each
+broker's first round and writes speedscope JSON to ``DIR/<broker>/``.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,8 +50,18 @@ from typing import Any, NamedTuple
 import orjson
 import yaml
 
-from bench.common import BenchReport, Ratio, bench_parser
-from service.local import LocalProcess, create_topics, free_port, redis_reachable, start_redis, start_tansu
+from bench.common import (
+    BenchReport,
+    Ratio,
+    bench_parser,
+    broker_pids,
+    brokers_of,
+    jit_cpu_seconds,
+    process_cpu_seconds,
+    start_bench_broker,
+    stop_bench_broker,
+)
+from service.local import LocalBroker, LocalProcess, create_topics, free_port, redis_reachable, start_redis
 
 __all__ = [
     "BaselineResult",
@@ -62,7 +81,10 @@ __all__ = [
 ROOT = Path(__file__).resolve().parents[1]
 CANAL_DIR = ROOT / "tests" / "data" / "canal-json"
 MESSAGES = {"tiny": 20_000, "small": 50_000, "full": 200_000}
-TARGET = 0.5
+TARGETS = {"kafka": 0.7, "tansu": 0.5}
+"""The worker's share of the bare loop's messages/s per broker: 0.7 on Apache Kafka (the
+issue's), 0.5 on Tansu (the earlier rounds')."""
+BROKER_NAMES = {"kafka": "Kafka", "tansu": "Tansu"}
 PREFIX_KEY_STRIDE = 10  # rows per message < 10, so key = message index * 10 + row index is unique
 
 
@@ -81,6 +103,11 @@ class CanalWorkload:
     @property
     def bytes(self) -> int:
         return sum(len(v) for _, v in self.messages)
+
+    def renamed(self, prefix: str) -> CanalWorkload:
+        """The same messages for a worker with another ``topic_prefix`` (its own output topics)."""
+        return CanalWorkload(self.messages, self.expected_records,
+                             [t.replace(self.prefix, prefix, 1) for t in self.output_topics], prefix)
 
 
 def canal_templates(max_bytes: int = 2048) -> list[dict[str, Any]]:
@@ -185,29 +212,48 @@ def pipeline_cpu_us(workload: CanalWorkload, source_topic: str, sample: int = 20
 
 @dataclass
 class Broker:
-    """A broker address and the local processes (Tansu, Redis) this bench started."""
+    """A broker address and the local processes (the broker, Redis) this bench started."""
 
     bootstrap: str
     redis_url: str
+    kind: str = "tansu"
+    description: str = ""
+    local: LocalBroker | None = None
     started: list[LocalProcess] = field(default_factory=list)
 
     @classmethod
-    def start(cls, bootstrap: str | None, log_dir: Path) -> Broker:
-        started: list[LocalProcess] = []
+    def start(cls, kind: str, bootstrap: str | None, log_dir: Path) -> Broker:
+        """Start a local broker of ``kind`` (``kafka`` or ``tansu``), unless ``bootstrap`` names
+        a running one (of that kind), and Redis unless one answers on the default port."""
+        local = None
         if bootstrap is None:
-            tansu = start_tansu(log_dir=log_dir)
-            started.append(tansu)
-            bootstrap = tansu.address
-        redis_url = "redis://127.0.0.1:6379/0"
-        if not redis_reachable(redis_url):
-            server = start_redis(log_dir=log_dir)
-            started.append(server)
-            redis_url = server.address
-        return cls(bootstrap, redis_url, started)
+            local = start_bench_broker(kind, log_dir)
+            bootstrap, description = local.address, local.description
+        else:
+            description = f"{BROKER_NAMES.get(kind, kind)} on {bootstrap} (not started by the bench)"
+        started: list[LocalProcess] = []
+        try:
+            redis_url = "redis://127.0.0.1:6379/0"
+            if not redis_reachable(redis_url):
+                server = start_redis(log_dir=log_dir)
+                started.append(server)
+                redis_url = server.address
+        except BaseException:
+            if local is not None:
+                stop_bench_broker(local)
+            raise
+        return cls(bootstrap, redis_url, kind, description, local, started)
+
+    @property
+    def pids(self) -> list[int]:
+        """The broker's processes, when this bench started it (their CPU time is measured)."""
+        return broker_pids(self.local) if self.local is not None else []
 
     def stop(self) -> None:
         for proc in reversed(self.started):
             proc.stop()
+        if self.local is not None:
+            stop_bench_broker(self.local)
 
 
 def produce(bootstrap: str, topic: str, messages: Sequence[tuple[bytes | None, bytes | None]]) -> float:
@@ -231,21 +277,29 @@ def produce(bootstrap: str, topic: str, messages: Sequence[tuple[bytes | None, b
 
 
 def count_records(bootstrap: str, topics: Sequence[str], idle_s: float = 2.0, timeout_s: float = 300.0,
-                  *, distinct: bool = False) -> dict[str, int]:
-    """Records per topic, read from the beginning until fetches return nothing for ``idle_s``.
+                  *, distinct: bool = False, expect: int | None = None, patience_s: float = 30.0) -> dict[str, int]:
+    """Records per topic, read from the beginning until no fetch has returned a record for ``idle_s``.
+
+    Never uses high watermarks, on any broker (Tansu reports them per batch, not per record):
+    the end is where fetches come back empty. Before the first record arrives (the consumer
+    is still finding its partitions' leaders and first offsets), and while fewer than ``expect``
+    records were read, the reading waits up to ``patience_s`` of silence instead of ``idle_s``:
+    a slow start or a broker catching up is not taken for the end. Records beyond ``expect`` are
+    counted all the same (reading goes on until ``idle_s`` of silence).
 
     With ``distinct``, records with the same key and value count once: the output is
     at-least-once, so a rebalance may replay a batch whose offsets were not committed yet.
-    Never uses high watermarks (Tansu reports them per batch, not per record).
     """
     import hashlib
 
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-count-{uuid.uuid4().hex[:6]}",
-                         "enable.auto.commit": False, "fetch.max.bytes": 64 * 1024 * 1024})
+                         "enable.auto.commit": False, "enable.partition.eof": False,
+                         "fetch.max.bytes": 64 * 1024 * 1024})
     counts = dict.fromkeys(topics, 0)
     seen: set[bytes] = set()
+    total = 0
     try:
         metadata = consumer.list_topics(timeout=10).topics
         assignment = [TopicPartition(t, p, OFFSET_BEGINNING) for t in topics if t in metadata
@@ -255,12 +309,17 @@ def count_records(bootstrap: str, topics: Sequence[str], idle_s: float = 2.0, ti
         consumer.assign(assignment)
         deadline = time.monotonic() + timeout_s
         last = time.monotonic()
-        while time.monotonic() < deadline and time.monotonic() - last < idle_s:
+        while time.monotonic() < deadline:
+            quiet = time.monotonic() - last
+            short = total == 0 or (expect is not None and total < expect)
+            if quiet >= (max(idle_s, patience_s) if short else idle_s):
+                break
             batch = consumer.consume(10_000, 0.2)
             got = 0
             for msg in batch:
                 if msg.error():
                     continue
+                got += 1  # a record read, counted or not
                 if distinct:
                     digest = hashlib.blake2b(digest_size=16)
                     for part in (msg.topic() or "").encode(), msg.key() or b"", msg.value() or b"":
@@ -272,7 +331,7 @@ def count_records(bootstrap: str, topics: Sequence[str], idle_s: float = 2.0, ti
                         continue
                     seen.add(digest.digest())
                 counts[msg.topic() or ""] = counts.get(msg.topic() or "", 0) + 1
-                got += 1
+                total += 1
             if got:
                 last = time.monotonic()
         return counts
@@ -285,12 +344,16 @@ def count_records(bootstrap: str, topics: Sequence[str], idle_s: float = 2.0, ti
 
 @dataclass
 class BaselineResult:
-    """The bare aiokafka loop: messages moved, wall seconds, process CPU seconds."""
+    """The bare aiokafka loop: messages moved, wall seconds, process CPU seconds, and the broker's
+    CPU seconds and the machine's busy share over the same interval."""
 
     messages: int
     seconds: float
     cpu_seconds: float
     copied: int = 0
+    broker_cpu_seconds: float = 0.0
+    machine_busy: float = 0.0
+    broker_jit_seconds: float = 0.0  # the part of broker_cpu_seconds its JIT compiler threads took
 
     @property
     def rate(self) -> float:
@@ -300,27 +363,72 @@ class BaselineResult:
     def cpu_per_message_us(self) -> float:
         return self.cpu_seconds / self.messages * 1e6
 
+    @property
+    def broker_cpu_per_message_us(self) -> float:
+        return self.broker_cpu_seconds / self.messages * 1e6
 
-async def _baseline_loop(bootstrap: str, source: str, target: str, n: int) -> dict[str, float]:
+
+FETCH_PARTITION_BYTES = 1024 * 1024
+"""The worker's ``max_partition_fetch_bytes``: Faust's ``consumer_max_fetch_size``, which
+:mod:`service.app` leaves at its default."""
+FETCH_WAIT_MS = 1500
+"""The worker's ``fetch_max_wait_ms``: Faust sets it so for its consumer."""
+
+
+IDEMPOTENT_BASELINE = {"kafka": True, "tansu": False}
+"""Whether the bare loop's producer is idempotent, as the worker's is. Tansu answers aiokafka's
+``InitProducerId`` with ``UNKNOWN`` (librdkafka's it accepts), so there the loop produces
+without it, as in the earlier rounds; ``acks=all`` on both."""
+
+
+def baseline_settings(worker: dict[str, Any] | None = None, kind: str = "kafka") -> dict[str, Any]:
+    """The client settings the bare loop shares with the worker: the records per poll the worker's
+    consumer takes (``broker_max_poll_records`` of :func:`service.app._faust_settings` for the
+    bench's worker config), the fetch sizes and wait of Faust's consumer, and the producer's
+    acknowledgements, idempotence (:data:`IDEMPOTENT_BASELINE`) and linger of the worker's
+    (:func:`service.rdkafka.producer_config`)."""
+    from service.app import _faust_settings
+    from service.config import parse_config
+    from service.rdkafka import producer_config
+
+    cfg = parse_config(worker_config("127.0.0.1:9092", "redis://127.0.0.1:6379/0", "bench", "src", 0, worker))
+    faust = _faust_settings(cfg, Path(tempfile.gettempdir()))
+    rd = producer_config({}, 1 << 20)
+    return {
+        "max_records": int(faust["broker_max_poll_records"]),
+        "max_partition_fetch_bytes": FETCH_PARTITION_BYTES,
+        "fetch_max_wait_ms": FETCH_WAIT_MS,
+        "acks": rd["acks"],
+        "enable_idempotence": bool(rd["enable.idempotence"]) and IDEMPOTENT_BASELINE.get(kind, True),
+        "linger_ms": int(rd["linger.ms"]),
+    }
+
+
+async def _baseline_loop(bootstrap: str, source: str, target: str, n: int, settings: dict[str, Any],
+                         pids: Sequence[int] = ()) -> dict[str, float]:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
     consumer = AIOKafkaConsumer(
         source, bootstrap_servers=bootstrap, group_id=f"bench-baseline-{uuid.uuid4().hex[:6]}",
         enable_auto_commit=False, auto_offset_reset="earliest", session_timeout_ms=6000,
-        heartbeat_interval_ms=1000,
+        heartbeat_interval_ms=1000, max_partition_fetch_bytes=settings["max_partition_fetch_bytes"],
+        fetch_max_wait_ms=settings["fetch_max_wait_ms"],
     )
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks=settings["acks"],
+                                enable_idempotence=settings["enable_idempotence"], linger_ms=settings["linger_ms"])
+    max_records = settings["max_records"]
     await producer.start()
     await consumer.start()
     seen = 0
-    t0 = cpu0 = 0.0
+    t0 = cpu0 = broker0 = busy0 = jit0 = 0.0
     try:
         while seen < n:
-            batches = await consumer.getmany(timeout_ms=1000, max_records=2000)
+            batches = await consumer.getmany(timeout_ms=1000, max_records=max_records)
             if not batches:
                 continue
             if not seen:
                 t0, cpu0 = time.perf_counter(), time.process_time()
+                broker0, busy0, jit0 = process_cpu_seconds(pids), machine_busy_seconds(), jit_cpu_seconds(pids)
             futures = []
             offsets = {}
             for tp, records in batches.items():
@@ -331,25 +439,34 @@ async def _baseline_loop(bootstrap: str, source: str, target: str, n: int) -> di
             await asyncio.gather(*futures)
             await consumer.commit(offsets)
         t1, cpu1 = time.perf_counter(), time.process_time()
+        broker1, busy1, jit1 = process_cpu_seconds(pids), machine_busy_seconds(), jit_cpu_seconds(pids)
     finally:
         await consumer.stop()
         await producer.stop()
-    return {"messages": seen, "seconds": t1 - t0, "cpu_seconds": cpu1 - cpu0}
+    return {"messages": seen, "seconds": t1 - t0, "cpu_seconds": cpu1 - cpu0, "broker_cpu_seconds": broker1 - broker0,
+            "broker_jit_seconds": jit1 - jit0, "machine_busy": (busy1 - busy0) / ((t1 - t0) * (os.cpu_count() or 1))}
 
 
-def run_baseline(bootstrap: str, source: str, n: int) -> BaselineResult:
-    """The bare aiokafka consume → produce → commit loop in a child process, output counted."""
+def run_baseline(broker: Broker, source: str, n: int, worker: dict[str, Any] | None = None,
+                 verify: bool = True) -> BaselineResult:
+    """The bare aiokafka consume → produce → commit loop in a child process, output counted
+    (unless not ``verify``)."""
+    bootstrap = broker.bootstrap
     target = f"{source}-copy-{uuid.uuid4().hex[:6]}"
     create_topics(bootstrap, [target], partitions=4)
+    settings = {**baseline_settings(worker, broker.kind), "broker_pids": broker.pids}
     out = subprocess.run(
-        [sys.executable, "-m", "bench.service_e2e", "_baseline", bootstrap, source, target, str(n)],
+        [sys.executable, "-m", "bench.service_e2e", "_baseline", bootstrap, source, target, str(n), json.dumps(settings)],
         cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
     )
     if out.returncode != 0:
         raise RuntimeError(f"baseline failed: {out.stderr[-2000:]}")
     data = json.loads(out.stdout.strip().splitlines()[-1])
-    result = BaselineResult(int(data["messages"]), data["seconds"], data["cpu_seconds"])
-    result.copied = count_records(bootstrap, [target])[target]
+    result = BaselineResult(int(data["messages"]), data["seconds"], data["cpu_seconds"],
+                            broker_cpu_seconds=data["broker_cpu_seconds"], machine_busy=data["machine_busy"],
+                            broker_jit_seconds=data["broker_jit_seconds"])
+    if verify:
+        result.copied = count_records(bootstrap, [target], expect=n)[target]
     return result
 
 
@@ -397,6 +514,8 @@ class WorkerResult:
     normalize_seconds: float = 0.0  # the workers' cdcnorm_decode_seconds sum: normalize wall time
     machine_busy: float = 0.0  # the share of all the machine's cores busy (any process) meanwhile
     duplicates: int = 0  # output records read more than once (replays after a rebalance)
+    broker_cpu_seconds: float = 0.0  # the broker's processes' CPU meanwhile (when the bench started it)
+    broker_jit_seconds: float = 0.0  # the part of it its JIT compiler threads took
 
     @property
     def rate(self) -> float:
@@ -406,15 +525,21 @@ class WorkerResult:
     def cpu_per_message_us(self) -> float:
         return self.cpu_seconds / self.messages * 1e6
 
+    @property
+    def broker_cpu_per_message_us(self) -> float:
+        return self.broker_cpu_seconds / self.messages * 1e6
+
 
 class Mark(NamedTuple):
     """Where a measurement starts: the clock, the workers' CPU seconds, the messages consumed so
-    far and the machine's busy CPU seconds."""
+    far, the machine's busy CPU seconds and the broker's CPU seconds."""
 
     time: float
     cpu: float
     messages: float
     machine_busy: float
+    broker_cpu: float = 0.0
+    broker_jit: float = 0.0
 
 
 def machine_busy_seconds() -> float:
@@ -429,7 +554,9 @@ def machine_busy_seconds() -> float:
 class WorkerFleet:
     """``cdcnorm worker`` child processes of one consumer group, each with its own web port."""
 
-    def __init__(self, config: dict[str, Any], processes: int, workdir: Path, profile: Path | None = None) -> None:
+    def __init__(self, config: dict[str, Any], processes: int, workdir: Path, profile: Path | None = None,
+                 broker_pids: Sequence[int] = ()) -> None:
+        self.broker_pids = list(broker_pids)
         self.procs: list[subprocess.Popen[bytes]] = []
         self.ports: list[int] = []
         self.logs: list[Path] = []
@@ -531,7 +658,8 @@ class WorkerFleet:
 
     def mark(self) -> Mark:
         """A start point for :meth:`measure`: now, before any message is consumed."""
-        return Mark(time.perf_counter(), self.cpu_seconds(), 0.0, machine_busy_seconds())
+        return Mark(time.perf_counter(), self.cpu_seconds(), 0.0, machine_busy_seconds(),
+                    process_cpu_seconds(self.broker_pids), jit_cpu_seconds(self.broker_pids))
 
     def measure(self, n: int, timeout_s: float, poll_s: float = 0.05, rss_every_s: float = 0.0,
                 start: Mark | None = None) -> WorkerResult:
@@ -570,7 +698,8 @@ class WorkerFleet:
                         f"the workers consumed all {n:,} messages before the first poll saw one: too few "
                         "messages to time; run with more (--messages)"
                     )
-                first = Mark(now, cpu, seen, machine_busy_seconds())
+                first = Mark(now, cpu, seen, machine_busy_seconds(), process_cpu_seconds(self.broker_pids),
+                             jit_cpu_seconds(self.broker_pids))
             if seen >= n and m.get("cdcnorm_inflight_messages", 1.0) == 0:
                 assert first is not None
                 peak = max(peak, *self.rss())
@@ -585,6 +714,8 @@ class WorkerFleet:
                     peak_rss=peak,
                     rss_samples=samples,
                     normalize_seconds=m.get("cdcnorm_decode_seconds_sum", 0.0),
+                    broker_cpu_seconds=process_cpu_seconds(self.broker_pids) - first.broker_cpu,
+                    broker_jit_seconds=jit_cpu_seconds(self.broker_pids) - first.broker_jit,
                 )
             time.sleep(poll_s)
 
@@ -618,9 +749,14 @@ def run_workers(
     rss_every_s: float = 0.0,
     worker: dict[str, Any] | None = None,
 ) -> WorkerResult:
-    """Run ``processes`` workers over the (already produced) source topic until done; verify output."""
+    """Run ``processes`` workers over the (already produced) source topic until done; verify output.
+
+    The output topics are created first, with the 4 partitions a broker gives an auto-created
+    topic, as the bare loop's target topic is: creating 16 topics is not part of what is timed
+    (on Kafka it takes the broker part of a second and much CPU, and a deployment has them)."""
+    create_topics(broker.bootstrap, workload.output_topics, partitions=4)
     config = worker_config(broker.bootstrap, broker.redis_url, workload.prefix, source, 0, worker)
-    fleet = WorkerFleet(config, processes, workdir, profile)
+    fleet = WorkerFleet(config, processes, workdir, profile, broker.pids)
     try:
         n = len(workload.messages)
         fleet.wait_ready()
@@ -628,7 +764,8 @@ def run_workers(
     finally:
         fleet.stop()
     if verify:
-        counts = count_records(broker.bootstrap, [*workload.output_topics, f"{workload.prefix}.dlq"])
+        counts = count_records(broker.bootstrap, [*workload.output_topics, f"{workload.prefix}.dlq"],
+                               expect=workload.expected_records)
         result.records_read = sum(counts.values())
     return result
 
@@ -637,11 +774,16 @@ def run_workers(
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = bench_parser("worker end-to-end throughput against a bare aiokafka loop")
+    parser = bench_parser("worker end-to-end throughput against a bare aiokafka loop, on Kafka and on Tansu",
+                          broker="both", both=True)
     parser.add_argument("--messages", type=int, default=None, help="messages (default by --size: "
                         + ", ".join(f"{k} {v:,}" for k, v in MESSAGES.items()) + ")")
-    parser.add_argument("--repeats", type=int, default=1, help="baseline/worker rounds (best of)")
-    parser.add_argument("--bootstrap", default=None, help="use this broker instead of starting Tansu")
+    parser.add_argument("--repeats", type=int, default=1, help="baseline/worker rounds per broker (best of)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="rounds per broker before the measured ones, not counted (a Kafka JVM just started "
+                        "compiles its hot paths for a while: the first round's broker CPU is half JIT); default 1")
+    parser.add_argument("--bootstrap", default=None,
+                        help="use this running broker instead of starting one (--broker says which kind it is)")
     parser.add_argument("--profile", type=Path, default=None, help="py-spy speedscope output directory")
     parser.add_argument("--max-inflight", type=int, default=None, help="worker.max_inflight (default: the config's)")
     return parser
@@ -651,76 +793,171 @@ def _rounds(repeats: int) -> Iterator[int]:
     yield from range(max(1, repeats))
 
 
+@dataclass
+class BrokerRun:
+    """The rounds of one broker: each round's bare loop and worker, and what the broker is."""
+
+    kind: str
+    description: str
+    baselines: list[BaselineResult] = field(default_factory=list)
+    workers: list[WorkerResult] = field(default_factory=list)
+    produce_seconds: float = 0.0
+
+    @property
+    def best_baseline(self) -> BaselineResult:
+        return max(self.baselines, key=lambda b: b.rate)
+
+    @property
+    def best_worker(self) -> WorkerResult:
+        return max(self.workers, key=lambda w: w.rate)
+
+    @property
+    def round_ratios(self) -> list[float]:
+        return [w.rate / b.rate for b, w in zip(self.baselines, self.workers, strict=True)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "description": self.description,
+            "produce_seconds": round(self.produce_seconds, 2),
+            "rounds": [
+                {"baseline_msgs_per_s": round(b.rate), "worker_msgs_per_s": round(w.rate),
+                 "ratio": round(w.rate / b.rate, 3),
+                 "baseline_cpu_us": round(b.cpu_per_message_us, 1), "worker_cpu_us": round(w.cpu_per_message_us, 1),
+                 "broker_cpu_us_baseline": round(b.broker_cpu_per_message_us, 1),
+                 "broker_cpu_us_worker": round(w.broker_cpu_per_message_us, 1),
+                 "broker_jit_share_baseline": round(b.broker_jit_seconds / b.broker_cpu_seconds, 3)
+                 if b.broker_cpu_seconds else None,
+                 "broker_jit_share_worker": round(w.broker_jit_seconds / w.broker_cpu_seconds, 3)
+                 if w.broker_cpu_seconds else None,
+                 "machine_busy_baseline": round(b.machine_busy, 3), "machine_busy_worker": round(w.machine_busy, 3)}
+                for b, w in zip(self.baselines, self.workers, strict=True)
+            ],
+        }
+
+
+def _jit(result: BaselineResult | WorkerResult) -> str:
+    """`` (x% JIT)``: the share of the broker's CPU its JIT compiler threads took, when there were any."""
+    if not result.broker_jit_seconds or not result.broker_cpu_seconds:
+        return ""
+    return f" ({result.broker_jit_seconds / result.broker_cpu_seconds:.0%} JIT)"
+
+
+def measure_broker(kind: str, bootstrap: str | None, workload: CanalWorkload, workdir: Path, repeats: int,
+                   profile: Path | None, worker: dict[str, Any] | None, warmup: int = 1) -> BrokerRun:
+    """Start the broker (unless ``bootstrap``), produce the workload, run ``warmup`` rounds that
+    are not counted (a Kafka JVM just started is still compiling its hot paths: in a first round
+    its JIT compiler threads took about 40% of its CPU), then ``repeats`` rounds of the bare loop
+    and the worker, each worker with fresh output topics and group."""
+    n = len(workload.messages)
+    broker = Broker.start(kind, bootstrap, workdir / kind / "logs")
+    run = BrokerRun(kind, broker.description)
+    source = f"{workload.prefix}-src"
+    try:
+        create_topics(broker.bootstrap, [source], partitions=4)
+        run.produce_seconds = produce(broker.bootstrap, source, workload.messages)
+        name = BROKER_NAMES[kind]
+        print(f"{name}: produced {n:,} canal messages ({workload.bytes / 1e6:.1f} MB) in {run.produce_seconds:.1f}s; "
+              f"expecting {workload.expected_records:,} records in {len(workload.output_topics)} topics", flush=True)
+        for w in range(warmup):
+            warm = run_baseline(broker, source, n, worker, verify=False)
+            warm_worker = run_workers(broker, workload.renamed(f"{workload.prefix}w{w}"), source, 1,
+                                      workdir / kind / f"warmup{w}", verify=False, worker=worker)
+            print(f"{name} warm-up {w} (not counted): baseline {warm.rate:,.0f} msg/s, worker {warm_worker.rate:,.0f} "
+                  f"msg/s", flush=True)
+        for r in _rounds(repeats):
+            base = run_baseline(broker, source, n, worker)
+            print(f"{name} round {r}: baseline {base.rate:,.0f} msg/s, {base.cpu_per_message_us:.1f} us CPU/msg, "
+                  f"broker {base.broker_cpu_per_message_us:.1f} us CPU/msg{_jit(base)}, machine {base.machine_busy:.0%} busy, "
+                  f"copied {base.copied:,}", flush=True)
+            if base.copied != n:
+                raise RuntimeError(f"{name}: baseline copied {base.copied} of {n} messages")
+            round_workload = workload.renamed(f"{workload.prefix}r{r}")
+            res = run_workers(broker, round_workload, source, 1, workdir / kind / f"round{r}",
+                              profile=profile / kind if profile is not None and r == 0 else None, worker=worker)
+            print(f"{name} round {r}: worker {res.rate:,.0f} msg/s, {res.cpu_per_message_us:.1f} us CPU/msg, "
+                  f"broker {res.broker_cpu_per_message_us:.1f} us CPU/msg{_jit(res)}, machine {res.machine_busy:.0%} busy, "
+                  f"records acked {res.records_acked:,}, read {res.records_read:,}; ratio {res.rate / base.rate:.3f}",
+                  flush=True)
+            if res.records_read != workload.expected_records or res.dlq:
+                raise RuntimeError(f"{name}: worker output incomplete: read {res.records_read} records, "
+                                   f"expected {workload.expected_records}, dlq {res.dlq}")
+            run.baselines.append(base)
+            run.workers.append(res)
+    finally:
+        broker.stop()
+    return run
+
+
+def _report_broker(report: BenchReport, run: BrokerRun, workload: CanalWorkload) -> None:
+    name = BROKER_NAMES[run.kind]
+    base, best = run.best_baseline, run.best_worker
+    ratios = run.round_ratios
+    spread = "" if len(ratios) < 2 else f"; rounds {', '.join(f'{r:.3f}' for r in ratios)}"
+    report.add(Ratio(f"{name}: worker msgs/s (1 process)", best.rate, base.rate, "msgs/s", target=TARGETS[run.kind],
+                     baseline_name="bare aiokafka loop",
+                     note=f"best of {len(ratios)}{spread}; output verified: {best.records_read:,} records read"))
+    report.add(Ratio(f"{name}: CPU per message", best.cpu_per_message_us, base.cpu_per_message_us,
+                     "us/msg", lower_is_better=True, baseline_name="bare aiokafka loop"))
+    if base.broker_cpu_seconds and best.broker_cpu_seconds:
+        report.add(Ratio(f"{name}: broker CPU per message", best.broker_cpu_per_message_us,
+                         base.broker_cpu_per_message_us, "us/msg", lower_is_better=True,
+                         baseline_name="during the bare loop",
+                         note=f"the broker's processes during the worker run{_jit(best)}, the loop's{_jit(base)}: "
+                         f"{workload.expected_records / len(workload.messages):.2f} output records of ~2 KB per "
+                         "message against the loop's 1 copy"))
+    report.info(f"{name}: worker records/s", best.records_read / best.seconds, "records/s")
+    report.info(f"{name}: normalize wall time per message in the worker",
+                best.normalize_seconds / max(1, len(workload.messages)) * 1e6, "us/msg",
+                "cdcnorm_decode_seconds sum / messages: the normalize step on the worker's loop, "
+                "sharing the CPU with the consumer thread, librdkafka and the broker")
+    report.info(f"{name}: worker peak RSS", best.peak_rss / 2**20, "MiB")
+    report.info(f"{name}: machine CPU busy, worker / bare loop", f"{best.machine_busy:.0%} / {base.machine_busy:.0%}", "",
+                f"all processes (worker or loop, broker, others) on {os.cpu_count()} cores")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "_baseline":
         bootstrap, source, target, n = argv[1], argv[2], argv[3], int(argv[4])
-        print(json.dumps(asyncio.run(_baseline_loop(bootstrap, source, target, n))), flush=True)
+        settings = json.loads(argv[5])
+        result = asyncio.run(_baseline_loop(bootstrap, source, target, n, settings, settings.get("broker_pids", ())))
+        print(json.dumps(result), flush=True)
         return 0
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    kinds = brokers_of(args.broker)
+    if args.bootstrap is not None and len(kinds) != 1:
+        parser.error("--bootstrap names one running broker: say which kind with --broker kafka or --broker tansu")
     n = args.messages or MESSAGES[args.size]
     report = BenchReport("service_e2e", args.size)
     workdir = Path(tempfile.mkdtemp(prefix="cdcnorm-bench-e2e-"))
-    broker = Broker.start(args.bootstrap, workdir)
     prefix = f"be{uuid.uuid4().hex[:6]}"
-    source = f"{prefix}-src"
-    try:
-        workload = canal_workload(n, prefix, source)
-        create_topics(broker.bootstrap, [source], partitions=4)
-        produce_s = produce(broker.bootstrap, source, workload.messages)
-        print(f"produced {n:,} canal messages ({workload.bytes / 1e6:.1f} MB) in {produce_s:.1f}s; "
-              f"expecting {workload.expected_records:,} records in {len(workload.output_topics)} topics", flush=True)
-        best_base: BaselineResult | None = None
-        best_worker: WorkerResult | None = None
-        for r in _rounds(args.repeats):
-            base = run_baseline(broker.bootstrap, source, n)
-            print(f"round {r}: baseline {base.rate:,.0f} msg/s, {base.cpu_per_message_us:.1f} us CPU/msg, "
-                  f"copied {base.copied:,}", flush=True)
-            if base.copied != n:
-                raise RuntimeError(f"baseline copied {base.copied} of {n} messages")
-            if best_base is None or base.rate > best_base.rate:
-                best_base = base
-            # each round a fresh group and fresh output topics: new prefix, same source topic
-            round_workload = workload if r == 0 else CanalWorkload(
-                workload.messages, workload.expected_records,
-                [t.replace(workload.prefix, f"{workload.prefix}r{r}", 1) for t in workload.output_topics],
-                f"{workload.prefix}r{r}",
-            )
-            res = run_workers(broker, round_workload, source, 1, workdir / f"round{r}",
-                              profile=args.profile if r == 0 else None,
-                              worker={"max_inflight": args.max_inflight} if args.max_inflight else None)
-            print(f"round {r}: worker {res.rate:,.0f} msg/s, {res.cpu_per_message_us:.1f} us CPU/msg, "
-                  f"records acked {res.records_acked:,}, read {res.records_read:,}", flush=True)
-            if res.records_read != workload.expected_records or res.dlq:
-                raise RuntimeError(f"worker output incomplete: read {res.records_read} records, "
-                                   f"expected {workload.expected_records}, dlq {res.dlq}")
-            if best_worker is None or res.rate > best_worker.rate:
-                best_worker = res
-        assert best_base is not None and best_worker is not None
-        report.params.update(messages=n, records=workload.expected_records, bytes=workload.bytes,
-                             repeats=args.repeats, max_inflight=args.max_inflight, cpus=os.cpu_count(),
-                             load_avg=os.getloadavg()[0])
-        report.add(Ratio("worker msgs/s (1 process)", best_worker.rate, best_base.rate, "msgs/s", target=TARGET,
-                         baseline_name="bare aiokafka loop",
-                         note=f"output verified: {best_worker.records_read:,} records read"))
-        report.add(Ratio("CPU per message", best_worker.cpu_per_message_us, best_base.cpu_per_message_us,
-                         "us/msg", lower_is_better=True, baseline_name="bare aiokafka loop"))
-        normalize_us = pipeline_cpu_us(workload, source)
-        report.info("normalize CPU per message", normalize_us, "us/msg",
-                    "Normalizer.process + serialization in-process, no Kafka")
-        report.info("worker CPU per message besides normalize", best_worker.cpu_per_message_us - normalize_us,
-                    "us/msg", "Faust, aiokafka consume/produce, acks, metrics")
-        report.info("normalize wall time per message in the worker",
-                    best_worker.normalize_seconds / max(1, len(workload.messages)) * 1e6, "us/msg",
-                    "cdcnorm_decode_seconds sum / messages: the normalize step on the worker's loop, "
-                    "sharing the CPU with the consumer thread, librdkafka and the broker")
-        report.info("worker records/s", best_worker.records_read / best_worker.seconds, "records/s")
-        report.info("worker peak RSS", best_worker.peak_rss / 2**20, "MiB")
-        report.info("machine CPU busy during the worker run", f"{best_worker.machine_busy:.0%}", "",
-                    f"all processes (worker, broker, ...) on {os.cpu_count()} cores")
-        return report.finish(args)
-    finally:
-        broker.stop()
+    worker = {"max_inflight": args.max_inflight} if args.max_inflight else None
+    load_before = os.getloadavg()
+    workload = canal_workload(n, prefix, f"{prefix}-src")
+    runs = [
+        measure_broker(kind, args.bootstrap, workload.renamed(f"{prefix}{kind[0]}"), workdir, args.repeats,
+                       args.profile, worker, args.warmup)
+        for kind in kinds
+    ]
+    report.params.update(
+        messages=n, records=workload.expected_records, bytes=workload.bytes, repeats=args.repeats, warmup=args.warmup,
+        max_inflight=args.max_inflight, cpus=os.cpu_count(), load_avg_before=[round(x, 2) for x in load_before],
+        load_avg_after=[round(x, 2) for x in os.getloadavg()],
+        baseline_settings={kind: baseline_settings(worker, kind) for kind in kinds},
+        brokers={run.kind: run.to_json() for run in runs},
+    )
+    for run in runs:
+        _report_broker(report, run, workload)
+    normalize_us = pipeline_cpu_us(workload, f"{prefix}-src")
+    report.info("normalize CPU per message", normalize_us, "us/msg",
+                "Normalizer.process + serialization in-process, no Kafka")
+    for run in runs:
+        report.info(f"{BROKER_NAMES[run.kind]}: worker CPU per message besides normalize",
+                    run.best_worker.cpu_per_message_us - normalize_us, "us/msg",
+                    "Faust, aiokafka consume, librdkafka produce, acks, metrics")
+    shutil.rmtree(workdir, ignore_errors=True)
+    return report.finish(args)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Sink freshness with many tables receiving changes (issue 16: "Freshness p95 at a 5 s trigger,
 with 100 tables receiving changes: at most 2 intervals").
 
-The sink (:class:`sink.runner.MicroBatchSink`, in-process, real Tansu broker, the runner's own
+The sink (:class:`sink.runner.MicroBatchSink`, in-process, a real broker, the runner's own
 trigger, read job, row deltas or MERGEs) runs in the main thread with the trigger interval
 under test, while a producer thread produces changes at a steady rate, round-robin over
 ``tables`` tables (a topic each, one partition), so that every table receives changes in every
@@ -26,7 +26,8 @@ An untimed warm-up batch (one change per table) creates the tables first, as in
 :mod:`bench.sink_tables`.
 
 Run: ``python -m bench.sink_freshness [--size tiny|small|full] [--trigger S] [--parallelism N]
-[--rate CHANGES_PER_S] [--seconds S]``. Small: 100 tables, 200 changes/s for 60 s, 5 s trigger;
+[--rate CHANGES_PER_S] [--seconds S] [--broker tansu|kafka]``. The broker is Tansu by default
+(the figures of earlier rounds were measured on it); ``--broker kafka`` starts Apache Kafka. Small: 100 tables, 200 changes/s for 60 s, 5 s trigger;
 tiny: 10 tables, 50 changes/s for 15 s, 2 s trigger; full: 100 tables, 200 changes/s for 180 s.
 """
 
@@ -45,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import BenchReport, Ratio, bench_parser, percentile
+from bench.common import BenchReport, Ratio, bench_parser, percentile, start_bench_broker, stop_bench_broker
 from bench.service_e2e import machine_busy_seconds
 from bench.sink_merge import ORDERS, change_records, produce_records
 from bench.sink_tables import read_all, table_records
@@ -320,7 +321,7 @@ def measure(bootstrap: str, workdir: Path, size: Size, rate: float, seconds: flo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = bench_parser("sink freshness with many tables receiving changes")
+    parser = bench_parser("sink freshness with many tables receiving changes", broker="tansu")
     parser.add_argument("--trigger", type=float, default=None, help="sink.trigger_interval_seconds (default: by size)")
     parser.add_argument("--parallelism", type=int, default=None,
                         help="sink.table_parallelism (default: the config's default)")
@@ -338,16 +339,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.size,
         params={"tables": size.tables, "rate": rate, "seconds": seconds, "trigger": trigger},
     )
-    from service.local import start_tansu
-
     workdir = Path(tempfile.mkdtemp(prefix="cdcnorm-bench-fresh-"))
-    broker = start_tansu(log_dir=workdir / "logs")
+    broker = start_bench_broker(args.broker, workdir / "logs")
+    report.params["broker"] = broker.description
     try:
         result, producer, config = measure(
             broker.address, workdir, size, rate, seconds, trigger, args.parallelism, args.drain_timeout
         )
     finally:
-        broker.stop()
+        stop_bench_broker(broker)
         shutil.rmtree(workdir, ignore_errors=True)
 
     parallelism = config.table_parallelism

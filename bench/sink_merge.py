@@ -17,7 +17,7 @@
    the deleted-keys commit and the table's ``RowDelta`` commit. Baseline: the same changes to a
    keyless table by the same job and an append commit. Ratio: upserted changes/s / appended
    rows/s, target >= 0.5 (0.6 at full size).
-2. **Driver memory** (sink process, real Tansu broker): the sink (``python -m sink``) reads
+2. **Driver memory** (sink process, a real broker): the sink (``python -m sink``) reads
    ``k x N`` pre-produced changes (plus the tombstones of deletes) in micro-batches of ``N``
    records; its Python process RSS after the first ``N`` records is the baseline of its RSS
    after all of them (psutil, sampled after each batch). Ratio: RSS(kN) / RSS(N), target
@@ -27,7 +27,9 @@
    (read from the table's metadata files, no second Spark session). Ratios: p50 and p95 of
    produce→visible against the trigger interval, target p95 <= 2 intervals.
 
-Run: ``python -m bench.sink_merge [--size tiny|small|full] [--parts merge,delta,memory,freshness]``.
+Run: ``python -m bench.sink_merge [--size tiny|small|full] [--parts merge,delta,memory,freshness]
+[--broker tansu|kafka]``. Parts 2 and 3 start the broker: Tansu by default (the figures of earlier
+rounds were measured on it), Apache Kafka with ``--broker kafka``.
 Small: 100k changes / 10k keys in 10 batches; memory after 10k then 110k records; 1000
 records/s for 20 s. Full: 1M changes / 100k keys in 10 batches; memory after 100k then 1.1M
 records; 2000 records/s for 60 s.
@@ -50,7 +52,15 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from bench.common import BenchReport, Ratio, bench_parser, percentile, rss_bytes
+from bench.common import (
+    BenchReport,
+    Ratio,
+    bench_parser,
+    percentile,
+    rss_bytes,
+    start_bench_broker,
+    stop_bench_broker,
+)
 from sink.changes import SinkChange, TableBatch, compact, parse_record
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.envelope import ChangeEvent, EmitOptions, Operation, SourceInfo, emit
@@ -456,12 +466,13 @@ def _table_offsets(table_dir: Path) -> dict[str, int] | None:
     return None
 
 
-def sink_process_runs(report: BenchReport, size: Size, workdir: Path, parts: set[str]) -> None:
+def sink_process_runs(report: BenchReport, size: Size, workdir: Path, parts: set[str], broker_kind: str = "tansu") -> None:
     import yaml
 
-    from service.local import create_topics, start_tansu
+    from service.local import create_topics
 
-    broker = start_tansu(log_dir=workdir / "logs")
+    broker = start_bench_broker(broker_kind, workdir / "logs")
+    report.params["broker"] = broker.description
     sink: _SinkProcess | None = None
     try:
         create_topics(broker.address, [TOPIC], partitions=2)
@@ -512,7 +523,7 @@ def sink_process_runs(report: BenchReport, size: Size, workdir: Path, parts: set
     finally:
         if sink is not None:
             sink.stop()
-        broker.stop()
+        stop_bench_broker(broker)
 
 
 def _freshness(
@@ -593,7 +604,7 @@ def _freshness(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = bench_parser("sink merge throughput, freshness and driver memory")
+    parser = bench_parser("sink merge throughput, freshness and driver memory", broker="tansu")
     parser.add_argument("--parts", default="merge,delta,memory,freshness",
                         help="comma-separated: merge, delta (row deltas), memory, freshness")
     parser.add_argument("--workdir", type=Path, default=None, help="keep warehouses and logs here (default: a temp dir)")
@@ -614,7 +625,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "delta" in parts:
             row_delta_throughput(report, size, workdir)
         if parts & {"memory", "freshness"}:
-            sink_process_runs(report, size, workdir, parts)
+            sink_process_runs(report, size, workdir, parts, args.broker)
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -2,7 +2,7 @@
 against a baseline of the same run (issue 16, "tables scale" and "per-record work off the driver").
 
 1. **Tables.** The same number of changes goes through the sink (:class:`sink.runner.MicroBatchSink`,
-   in-process, real Tansu broker: its read job, row deltas or MERGEs, Kafka commit) twice:
+   in-process, a real broker: its read job, row deltas or MERGEs, Kafka commit) twice:
 
    * spread over ``tables`` tables (a topic each, the changes round-robin), and
    * all in one table (the baseline),
@@ -25,7 +25,9 @@ against a baseline of the same run (issue 16, "tables scale" and "per-record wor
    ``commit_interval_seconds`` longer than the run (their topics wait in Kafka; ``once`` reads
    them at the end): the interval's fewer, larger commits.
 
-Run: ``python -m bench.sink_tables [--size tiny|small|full] [--parallelism N] [--batches N]``.
+Run: ``python -m bench.sink_tables [--size tiny|small|full] [--parallelism N] [--batches N]
+[--broker tansu|kafka]``. The broker is Tansu by default (the figures of earlier rounds were
+measured on it); ``--broker kafka`` starts Apache Kafka.
 Small: 20,000 changes over 100 tables (200 each) against 1 table; tiny: 1,000 over 10.
 """
 
@@ -40,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import BenchReport, Ratio, bench_parser
+from bench.common import BenchReport, Ratio, bench_parser, start_bench_broker, stop_bench_broker
 from bench.sink_merge import ORDERS, change_records, produce_records
 
 __all__ = ["main"]
@@ -266,7 +268,7 @@ def driver_loop_cpu(bootstrap: str, layout: str) -> tuple[float, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = bench_parser("sink throughput over many tables against one table")
+    parser = bench_parser("sink throughput over many tables against one table", broker="tansu")
     parser.add_argument("--parallelism", type=int, default=4, help="sink.table_parallelism of the measured runs")
     parser.add_argument("--no-sequential", action="store_true", help="skip the table_parallelism=1 run")
     parser.add_argument(
@@ -280,10 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.size,
         params={"changes": size.changes, "tables": size.tables, "parallelism": args.parallelism},
     )
-    from service.local import start_tansu
-
     workdir = Path(tempfile.mkdtemp(prefix="cdcnorm-bench-tables-"))
-    broker = start_tansu(log_dir=workdir / "logs")
+    broker = start_bench_broker(args.broker, workdir / "logs")
+    report.params["broker"] = broker.description
     try:
         one = measure(broker.address, workdir, "one", 1, size, args.parallelism)
         many = measure(broker.address, workdir, "many", size.tables, size, args.parallelism)
@@ -334,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
     finally:
-        broker.stop()
+        stop_bench_broker(broker)
         shutil.rmtree(workdir, ignore_errors=True)
     return report.finish(args)
 

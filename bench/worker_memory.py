@@ -8,8 +8,9 @@ Reported: the peak RSS against the 300 MiB limit (target: under it, over 1M mess
 peak against the RSS after the first 10% of the messages (growth; a leak shows as a ratio that
 grows with ``N``).
 
-Run: ``python -m bench.worker_memory [--size tiny|small|full] [--messages N]``; ``full`` is 1M
-messages (the broker keeps ~4 GB of topics in memory for that).
+Run: ``python -m bench.worker_memory [--size tiny|small|full] [--messages N] [--broker tansu|kafka]``;
+``full`` is 1M messages (Tansu keeps ~4 GB of topics in memory for that; Kafka writes them to
+its log directory). The broker is Tansu by default (the earlier rounds' figures).
 """
 
 from __future__ import annotations
@@ -34,15 +35,16 @@ MIB = 2**20
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = bench_parser("worker RSS over a long run")
+    parser = bench_parser("worker RSS over a long run", broker="tansu")
     parser.add_argument("--messages", type=int, default=None,
                         help="messages (default by --size: " + ", ".join(f"{k} {v:,}" for k, v in MESSAGES.items()) + ")")
-    parser.add_argument("--bootstrap", default=None, help="use this broker instead of starting Tansu")
+    parser.add_argument("--bootstrap", default=None,
+                        help="use this running broker instead of starting one (--broker says which kind it is)")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     n = args.messages or MESSAGES[args.size]
     report = BenchReport("worker_memory", args.size)
     workdir = Path(tempfile.mkdtemp(prefix="cdcnorm-bench-memory-"))
-    broker = Broker.start(args.bootstrap, workdir)
+    broker = Broker.start(args.broker, args.bootstrap, workdir)
     prefix = f"bm{uuid.uuid4().hex[:6]}"
     source = f"{prefix}-src"
     try:
@@ -61,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warm = next((rss for _, seen, rss in samples if seen >= n // 10), samples[0][2] if samples else result.peak_rss)
     for t, seen, rss in samples[:: max(1, len(samples) // 12)]:
         print(f"  t={t:6.1f}s consumed={seen:>9,} rss={rss / MIB:6.1f} MiB", flush=True)
-    report.params.update(messages=n, samples=len(samples), cpus=os.cpu_count())
+    report.params.update(broker=broker.description, messages=n, samples=len(samples), cpus=os.cpu_count())
     report.add(Ratio("peak worker RSS", result.peak_rss / MIB, LIMIT_MIB, "MiB", target=1.0, lower_is_better=True,
                      baseline_name="limit", note=f"{n:,} messages, {result.rate:,.0f} msg/s"))
     report.add(Ratio("RSS growth (peak / after 10%)", result.peak_rss / MIB, warm / MIB, "MiB",

@@ -153,7 +153,56 @@ def test_sink_parse_bench(tmp_path: Path) -> None:
     assert str(infos["agreement check"]).endswith("changes equal")  # the script fails when the parses differ
 
 
+BROKER_BENCHES = {"service_e2e": "both", "scaling": "tansu", "worker_memory": "tansu", "sink_tables": "tansu",
+                  "sink_merge": "tansu", "sink_freshness": "tansu"}
+"""The benches that start a broker, and the one each starts by default."""
+
+
+def test_every_bench_that_starts_a_broker_takes_broker() -> None:
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        source = path.read_text()
+        assert "start_tansu" not in source, f"{path.name} starts Tansu itself: use bench.common.start_bench_broker"
+        if "start_bench_broker(" in source or "Broker.start(" in source:
+            assert path.stem in BROKER_BENCHES or path.stem == "common", path.name
+    for name, default in BROKER_BENCHES.items():
+        proc = subprocess.run([sys.executable, "-m", f"bench.{name}", "--help"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        help_text = " ".join(proc.stdout.split())
+        choices = "{kafka,tansu,both}" if default == "both" else "{kafka,tansu}"
+        assert f"--broker {choices}" in help_text and f"(default: {default})" in help_text, (name, help_text)
+
+
 @pytest.mark.integration
-@pytest.mark.parametrize("name", ["service_e2e", "scaling", "worker_memory"])
+def test_service_e2e_bench_on_kafka_and_tansu(tmp_path: Path) -> None:
+    """The default ``--broker both``: a tiny run on Apache Kafka, then on Tansu, each with its ratio."""
+    result = _run_bench("service_e2e", tmp_path, timeout=600)
+    _assert_measured(result, "service_e2e")
+    by_name = {r["name"]: r for r in result["ratios"]}
+    assert by_name["Kafka: worker msgs/s (1 process)"]["target"] == 0.7
+    assert by_name["Tansu: worker msgs/s (1 process)"]["target"] == 0.5
+    brokers = result["params"]["brokers"]
+    assert list(brokers) == ["kafka", "tansu"]
+    assert brokers["kafka"]["description"].startswith("Apache Kafka")
+    assert brokers["tansu"]["description"].startswith("Tansu")
+    for run in brokers.values():
+        assert run["rounds"] and all(r["ratio"] > 0 and r["broker_cpu_us_worker"] > 0 for r in run["rounds"])
+    settings = result["params"]["baseline_settings"]
+    assert settings["kafka"]["enable_idempotence"] and settings["kafka"]["acks"] == "all"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("broker", ["kafka", "tansu"])
+def test_service_e2e_bench_on_one_broker(broker: str, tmp_path: Path) -> None:
+    result = _run_bench("service_e2e", tmp_path, "--broker", broker, "--warmup", "0", timeout=420)
+    _assert_measured(result, "service_e2e")
+    assert list(result["params"]["brokers"]) == [broker]
+    assert {r["name"].split(":")[0] for r in result["ratios"]} == {broker.capitalize()}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ["scaling", "worker_memory"])
 def test_service_benches(name: str, tmp_path: Path) -> None:
-    _assert_measured(_run_bench(name, tmp_path, timeout=420), name)
+    result = _run_bench(name, tmp_path, timeout=420)
+    _assert_measured(result, name)
+    assert result["params"]["broker"].startswith("Tansu")  # their default broker
