@@ -1,7 +1,8 @@
-"""The worker against a real Tansu broker and a real Redis (``-m integration``)."""
+"""The worker against a real broker (Apache Kafka; :mod:`tests.brokers`) and a real Redis (``-m integration``)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import uuid
@@ -260,16 +261,14 @@ def test_errors_fail_stops_the_worker_without_committing(
     assert committed in (-1001, 1), committed
 
 
-def test_cdcnorm_up_runs_the_samples(kafka_bootstrap: str, redis_url: str, connect_checker: Any) -> None:
-    up_prefix = f"up{uuid.uuid4().hex[:6]}"
+def run_up(*args: str) -> str:
+    """``cdcnorm up ARGS`` (90 s at most); its output, which must say every sample was
+    processed, with no dead letter, and show the sink's Iceberg tables."""
+    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin"}
+    env |= {k: v for k, v in os.environ.items() if k in ("JAVA_HOME", "HOME", "CDCNORM_CACHE_DIR", "XDG_CACHE_HOME")}
     result = subprocess.run(
-        [sys.executable, "-m", "service.cli", "up", "--duration", "90", "--bootstrap", kafka_bootstrap,
-         "--redis-url", redis_url, "--topic-prefix", up_prefix],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=420,
-        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+        [sys.executable, "-m", "service.cli", "up", "--duration", "90", *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=420, env=env,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
@@ -285,6 +284,27 @@ def test_cdcnorm_up_runs_the_samples(kafka_bootstrap: str, redis_url: str, conne
         cells = [c.strip() for c in row.strip("│").split("│")]
         produced, seen, dlq = int(cells[2]), int(cells[3]), int(cells[5])
         assert seen == produced and dlq == 0, row
+    return out
+
+
+@pytest.mark.timeout(480)
+@pytest.mark.parametrize(("broker", "named"), [("tansu", "Tansu (memory only)"), ("kafka", "Apache Kafka 4.")])
+def test_cdcnorm_up_starts_its_own_broker(broker: str, named: str, redis_url: str) -> None:
+    """``make up``'s default (Tansu) and ``cdcnorm up --broker kafka``: the broker is started by
+    ``up`` itself (nothing answers at the address given), named in the summary, and stopped."""
+    from service.local import free_port
+
+    out = run_up("--broker", broker, "--bootstrap", f"127.0.0.1:{free_port()}", "--redis-url", redis_url,
+                 "--topic-prefix", f"up{uuid.uuid4().hex[:6]}")
+    assert f"broker: {named}" in out, out[-3000:]
+    assert "the broker started by `up` is stopped now" in out
+
+
+@pytest.mark.timeout(480)
+def test_cdcnorm_up_runs_the_samples(kafka_bootstrap: str, redis_url: str, connect_checker: Any) -> None:
+    up_prefix = f"up{uuid.uuid4().hex[:6]}"
+    out = run_up("--bootstrap", kafka_bootstrap, "--redis-url", redis_url, "--topic-prefix", up_prefix)
+    assert f"broker: {kafka_bootstrap}" in out
     # every record `up` wrote to the normalized topics passes the real Connect runtime
     normalized = [t for t in list_topics(kafka_bootstrap, up_prefix) if not t.endswith(".dlq")]
     records = read_topics(kafka_bootstrap, normalized)
