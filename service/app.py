@@ -55,6 +55,7 @@ from service.config import (
     TopicEntry,
     WorkerConfig,
     build_chain_checked,
+    check_worker_client,
 )
 from service.converters import RecordConverter, build_converter
 from service.dlq import (
@@ -1002,10 +1003,12 @@ def create_app(
     Without ``normalizer``, Redis-backed stores are created from ``config.redis``, the decoder
     metadata store on the metadata log (``config.metadata_log``), which starts loading here. ``producer``
     replaces the app's aiokafka producer (tests); ``on_fatal`` is called when the worker must
-    stop. The :class:`BatchProcessor` is ``app.cdcnorm_processor``.
+    stop. The :class:`BatchProcessor` is ``app.cdcnorm_processor``. Raises ConfigError for a
+    setting Faust's aiokafka consumer cannot honour (``broker.group_protocol: consumer``).
     """
     from service.transport import BatchApp
 
+    check_worker_client(config)  # parse_config reports it too; a config built in code gets here first
     quiet_library_loggers(logging.getLevelName(config.worker.log_level))
     state = state if state is not None else WorkerState()
     row_stores: list[Any] = []

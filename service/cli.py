@@ -181,7 +181,7 @@ def transform(
         from service.config import load_config
 
         try:
-            normalizer = Normalizer(load_config(config))
+            normalizer = Normalizer(load_config(config, for_worker=False))  # offline: no group to join
         except ConfigError as exc:
             raise _config_error(exc) from exc
         runtime = normalizer.runtime_for(topic)
@@ -286,13 +286,15 @@ def _config_error(exc: ConfigError) -> typer.Exit:
     return typer.Exit(1)
 
 
-def _load_pipeline_config(path: Path, *, check_formats: bool = True) -> PipelineConfig:
+def _load_pipeline_config(path: Path, *, check_formats: bool = True, for_worker: bool = True) -> PipelineConfig:
     """The pipeline config at ``path``, its secrets masked in every log line from now on; a config
-    error is its ``key=value: reason`` line on stderr and exit code 1."""
+    error is its ``key=value: reason`` line on stderr and exit code 1. ``for_worker``: refuse what
+    the worker's Kafka client cannot do too (``broker.group_protocol: consumer``); False for
+    commands that never join a consumer group."""
     from service.config import SecretRedactor, load_config
 
     try:
-        cfg = load_config(path, check_formats=check_formats)
+        cfg = load_config(path, check_formats=check_formats, for_worker=for_worker)
     except ConfigError as exc:
         raise _config_error(exc) from exc
     SecretRedactor(cfg.secret_values()).install()
@@ -462,7 +464,7 @@ def tail(
 
     kafka: dict[str, Any] = {"bootstrap.servers": "127.0.0.1:9092"}
     if config is not None:
-        kafka = _load_pipeline_config(config, check_formats=False).broker.librdkafka()
+        kafka = _load_pipeline_config(config, check_formats=False, for_worker=False).broker.librdkafka()
         kafka.pop("client.id", None)
     if bootstrap is not None:
         kafka["bootstrap.servers"] = bootstrap
@@ -516,7 +518,9 @@ def dlq_replay(
     require_extras("cdcnorm dlq replay", "service")
     from service.replay import ReplayError, default_dlq_topics, replay_dead_letters
 
-    cfg = _load_pipeline_config(config)
+    # the replay assigns its partitions and commits as a simple group: it never joins one, so any
+    # broker.group_protocol does (the worker's refusal of consumer is not the replay's)
+    cfg = _load_pipeline_config(config, for_worker=False)
     if bootstrap is not None:
         cfg = cfg.model_copy(update={"broker": cfg.broker.model_copy(update={"bootstrap_servers": [bootstrap]})})
     topics = topic or default_dlq_topics(cfg)

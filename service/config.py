@@ -22,6 +22,12 @@ sink, ``tail``), :meth:`BrokerConfig.faust_credentials` / :meth:`BrokerConfig.ai
 (the Faust worker's aiokafka clients) and :meth:`RedisConfig.client_kwargs`
 (``service.state.connect_redis``).
 
+``broker.group_protocol`` is the consumer group protocol of the group members that can speak
+both (the sink's driver). The worker's member cannot: with ``consumer`` the worker and
+``cdcnorm validate-config`` stop with a config error (:data:`WORKER_GROUP_PROTOCOLS`), while
+``dlq replay`` and ``tail``, which never join a group, load the same file
+(``load_config(..., for_worker=False)``).
+
 >>> cfg = PipelineConfig.model_validate({"topics": [{"name": "src", "format": "canal-json"}]})
 >>> cfg.topics[0].output_dlq_topic(cfg.topic_prefix)
 'cdcnorm.dlq'
@@ -47,6 +53,7 @@ from transforms.configfile import (
     BrokerConfig,
     ConfigErrors,
     ExistingFile,
+    GroupProtocol,
     Resolved,
     SaslMechanism,
     Secret,
@@ -74,6 +81,7 @@ __all__ = [
     "BrokerConfig",
     "ConfigErrors",
     "ErrorPolicy",
+    "GroupProtocol",
     "MetadataLogConfig",
     "OutputClient",
     "PipelineConfig",
@@ -86,6 +94,7 @@ __all__ = [
     "WebConfig",
     "WorkerConfig",
     "build_chain_checked",
+    "check_worker_client",
     "format_config_error",
     "is_secret_key",
     "load_config",
@@ -584,6 +593,42 @@ class PipelineConfig(_Section):
         ]
 
 
+# ----------------------------------------------------------------------------- the worker's client
+
+WORKER_GROUP_PROTOCOLS = frozenset({GroupProtocol.CLASSIC})
+"""The group protocols of the worker's consumer group member: Faust's aiokafka consumer. aiokafka
+(0.14) implements the classic protocol only (JoinGroup, SyncGroup, Heartbeat, LeaveGroup); it has
+no KIP-848 ConsumerGroupHeartbeat (API key 68) and no ``group_protocol`` option."""
+
+_WORKER_PROTOCOL_REASON = (
+    "the worker cannot join its consumer group (worker.app_id) with it: the worker's consumer is Faust's "
+    "aiokafka consumer, which implements only the classic group protocol (no KIP-848 ConsumerGroupHeartbeat); "
+    "use classic for the worker. The sink supports consumer: give it its own value, e.g. "
+    "group_protocol: ${KAFKA_GROUP_PROTOCOL:-classic} with the variable set for the sink only"
+)
+
+
+def _worker_client_errors(document: _Document) -> list[tuple[tuple[Any, ...], ConfigError]]:
+    """What the worker's Kafka client cannot do of a document's valid settings: a
+    ``broker.group_protocol`` other than classic (an invalid value is pydantic's to report)."""
+    loc = ("broker", "group_protocol")
+    value = _lookup(document.doc, loc)
+    if value not in {p.value for p in GroupProtocol} or value in {p.value for p in WORKER_GROUP_PROTOCOLS}:
+        return []
+    reason = _WORKER_PROTOCOL_REASON
+    if loc in document.originals:
+        reason += f" (from {document.originals[loc]})"
+    return [(loc, ConfigError("broker.group_protocol", value, reason))]
+
+
+def check_worker_client(config: PipelineConfig) -> None:
+    """Raise the ConfigError :func:`parse_config` reports for a setting the worker's Kafka client
+    cannot honour (for configs built without it: ``PipelineConfig.model_validate``)."""
+    protocol = config.broker.group_protocol
+    if protocol not in WORKER_GROUP_PROTOCOLS:
+        raise ConfigError("broker.group_protocol", protocol.value, _WORKER_PROTOCOL_REASON)
+
+
 # ----------------------------------------------------------------------------- loading
 
 
@@ -714,13 +759,16 @@ def build_chain_checked(specs: list[dict[str, Any]], where: str, emit_options: A
     return build_chain(specs, emit_options=emit_options)
 
 
-def parse_config(raw: Any, *, check_formats: bool = True) -> PipelineConfig:
+def parse_config(raw: Any, *, check_formats: bool = True, for_worker: bool = True) -> PipelineConfig:
     """Validate a parsed YAML document.
 
     Every problem is reported at once: unresolved references, every pydantic error, the sink
-    section's, and (with ``check_formats``) each topic entry's format options and transform
-    steps. One problem raises a ConfigError naming the key path, the value (masked when
-    secret) and the reason; several raise :class:`ConfigErrors` listing each, in document order.
+    section's, (with ``check_formats``) each topic entry's format options and transform
+    steps, and (with ``for_worker``) the settings the worker's Kafka client cannot honour
+    (``broker.group_protocol: consumer``; commands that never join a group, ``dlq replay`` and
+    ``tail``, pass False). One problem raises a ConfigError naming the key path, the value
+    (masked when secret) and the reason; several raise :class:`ConfigErrors` listing each, in
+    document order.
     """
     if not isinstance(raw, dict):
         raise ConfigError("<root>", type(raw).__name__, "expected a mapping at the top level")
@@ -734,6 +782,8 @@ def parse_config(raw: Any, *, check_formats: bool = True) -> PipelineConfig:
         problems += _validation_errors(exc, document)
     if isinstance(doc.get("sink"), dict):
         problems += _sink_errors(doc["sink"], document)
+    if for_worker:
+        problems += _worker_client_errors(document)
     if check_formats:
         prefix = config.topic_prefix if config is not None else str(doc.get("topic_prefix", "cdcnorm"))
         for index, entry in _valid_entries(config, doc):
@@ -759,6 +809,6 @@ def _valid_entries(config: PipelineConfig | None, doc: dict[str, Any]) -> Iterat
             continue
 
 
-def load_config(path: str | Path, *, check_formats: bool = True) -> PipelineConfig:
-    """Read and validate a pipeline YAML file."""
-    return parse_config(read_yaml(path), check_formats=check_formats)
+def load_config(path: str | Path, *, check_formats: bool = True, for_worker: bool = True) -> PipelineConfig:
+    """Read and validate a pipeline YAML file (:func:`parse_config`)."""
+    return parse_config(read_yaml(path), check_formats=check_formats, for_worker=for_worker)

@@ -49,12 +49,14 @@ if TYPE_CHECKING:
     import ssl
 
 __all__ = [
+    "CLASSIC_GROUP_PROPERTIES",
     "MASK",
     "REFERENCES_RESOLVED",
     "BrokerConfig",
     "ConfigErrors",
     "Document",
     "ExistingFile",
+    "GroupProtocol",
     "Resolved",
     "SaslMechanism",
     "Secret",
@@ -63,6 +65,7 @@ __all__ = [
     "SecurityProtocol",
     "document_order",
     "format_config_error",
+    "group_member_conf",
     "is_secret_key",
     "key_path",
     "lookup",
@@ -345,6 +348,46 @@ class SaslMechanism(StrEnum):
     SCRAM_SHA_512 = "SCRAM-SHA-512"
 
 
+class GroupProtocol(StrEnum):
+    """The consumer group protocol a group member joins with (Kafka's ``group.protocol``).
+
+    ``classic``: JoinGroup/SyncGroup/Heartbeat, the assignment computed by a member; every
+    broker. ``consumer``: KIP-848's ConsumerGroupHeartbeat, the assignment computed by the
+    broker, incremental rebalances; Apache Kafka 4.0+ with ``consumer`` in the broker's
+    ``group.coordinator.rebalance.protocols`` (its default).
+    """
+
+    CLASSIC = "classic"
+    CONSUMER = "consumer"
+
+
+CLASSIC_GROUP_PROPERTIES = ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy",
+                            "group.protocol.type")
+"""librdkafka consumer properties of the classic protocol only: with ``group.protocol=consumer``
+librdkafka refuses to create a consumer that sets any of them (``rd_kafka_conf_finalize``); the
+broker owns them there (``group.consumer.session.timeout.ms``,
+``group.consumer.heartbeat.interval.ms``, ``group.consumer.assignors``)."""
+
+
+def group_member_conf(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """The librdkafka settings of a consumer that joins its group (``subscribe``): ``conf`` with
+    ``group.protocol`` always set (``classic`` unless ``conf`` says otherwise: librdkafka's
+    default is announced to change to ``consumer``), and under ``consumer`` without
+    :data:`CLASSIC_GROUP_PROPERTIES`, so one set of defaults serves both protocols.
+
+    >>> group_member_conf({"group.protocol": "consumer", "session.timeout.ms": 6000, "group.id": "g"})
+    {'group.protocol': 'consumer', 'group.id': 'g'}
+    >>> group_member_conf({"session.timeout.ms": 6000})["group.protocol"]
+    'classic'
+    """
+    protocol = GroupProtocol(str(conf.get("group.protocol", GroupProtocol.CLASSIC.value)))
+    out = {"group.protocol": protocol.value, **{k: v for k, v in conf.items() if k != "group.protocol"}}
+    if protocol is GroupProtocol.CONSUMER:
+        for key in CLASSIC_GROUP_PROPERTIES:
+            out.pop(key, None)
+    return out
+
+
 class BrokerConfig(Section):
     """Where the Kafka cluster is and how to authenticate to it (SASL and/or TLS).
 
@@ -367,9 +410,20 @@ class BrokerConfig(Section):
     ssl_check_hostname: bool = Field(True, description="Check that the broker certificate names the host.")
     client_id: str = "cdcnorm"
     session_timeout_s: float = Field(
-        10.0, gt=0, description="Consumer-group session timeout; joins take about half of it on Tansu."
+        10.0,
+        gt=0,
+        description="The worker's consumer-group session timeout (classic protocol); joins take about half of it on "
+        "Tansu. Under group_protocol consumer the broker's group.consumer.session.timeout.ms applies instead.",
     )
-    heartbeat_interval_s: float = Field(1.0, gt=0)
+    heartbeat_interval_s: float = Field(1.0, gt=0, description="The worker's heartbeat interval (classic protocol).")
+    group_protocol: GroupProtocol = Field(
+        GroupProtocol.CLASSIC,
+        description="The consumer group protocol of the group members that support both: classic, or consumer "
+        "(KIP-848; Apache Kafka 4.0+ with consumer in group.coordinator.rebalance.protocols). The sink's driver "
+        "joins sink.group_id with it (confluent-kafka). The worker's consumer (Faust on aiokafka) has only the "
+        "classic protocol: the worker and validate-config refuse consumer. Clients that never join a group "
+        "(dlq replay, tail, the metadata log, the sink's read tasks) are not affected.",
+    )
 
     @field_validator("bootstrap_servers", mode="before")
     @classmethod
@@ -460,6 +514,12 @@ class BrokerConfig(Section):
                 conf["ssl.key.password"] = self.ssl_password.get_secret_value()
             conf["ssl.endpoint.identification.algorithm"] = "https" if self.ssl_check_hostname else "none"
         return conf
+
+    def librdkafka_group_member(self) -> dict[str, Any]:
+        """:meth:`librdkafka` plus ``group.protocol``: the settings of a confluent-kafka consumer
+        that joins a group with ``subscribe`` (the sink's driver). Its timeouts are the caller's;
+        :func:`group_member_conf` leaves out those the consumer protocol refuses."""
+        return {**self.librdkafka(), "group.protocol": self.group_protocol.value}
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """The TLS context of the aiokafka clients (None without TLS).
