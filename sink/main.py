@@ -67,17 +67,20 @@ def read_sink_config(path: str | Path) -> tuple[SinkConfig, BrokerConfig, tuple[
 
 def load_sink_config(path: str | Path) -> tuple[SinkConfig, dict[str, Any]]:
     """The sink section and the librdkafka settings of a pipeline config file
-    (:func:`read_sink_config`); their secrets are redacted from this process's log records from
-    now on (:class:`~transforms.configfile.SecretRedactor`)."""
+    (:func:`read_sink_config`), ``group.protocol`` included (``broker.group_protocol``: the
+    driver's consumer joins its group with it, the read tasks never join one); their secrets are
+    redacted from this process's log records from now on
+    (:class:`~transforms.configfile.SecretRedactor`)."""
     sink, broker, secrets = read_sink_config(path)
     SecretRedactor(secrets).install()
-    return sink, broker.librdkafka()
+    return sink, broker.librdkafka_group_member()
 
 
 def run_sink(config_path: str | Path, once: bool = False, max_batches: int | None = None) -> int:
     """Run the micro-batch sink until stopped (or, with ``once``, until the topics are drained)."""
     require_extras("the Iceberg sink", "sink")
     from sink.iceberg import TableOwnershipError
+    from sink.plan import ConsumerGroupError
     from sink.runner import MicroBatchSink, serve_metrics
 
     sink_config, kafka = load_sink_config(config_path)
@@ -88,7 +91,7 @@ def run_sink(config_path: str | Path, once: bool = False, max_batches: int | Non
         serve_metrics(sink_config.metrics_port, runner.health)
     try:
         summary = runner.run(once=once, max_batches=max_batches)
-    except TableOwnershipError as exc:
+    except (TableOwnershipError, ConsumerGroupError) as exc:
         log.error("stopping: %s", exc)
         return 1
     finally:

@@ -6,30 +6,96 @@ partitions move), commits the offsets, and fetches nothing: every assigned parti
 The offsets to read from are the group's committed offsets when a partition is assigned, then
 what the sink has read (:meth:`Partitions.advance`); a failed micro-batch rewinds them
 (:meth:`Partitions.rewind`).
+
+The consumer joins with either group protocol (``broker.group_protocol``, :func:`driver_conf`).
+Under ``classic`` its assignors are eager: a rebalance revokes every partition and assigns the
+new set. Under ``consumer`` (KIP-848) librdkafka's rebalances are incremental: the callbacks get
+only the partitions added or taken away, and confluent-kafka then calls ``incremental_assign`` /
+``incremental_unassign`` with them. The callbacks below work on exactly the partitions they are
+given (a revoked one leaves :attr:`Partitions.positions`, an assigned one starts at its
+committed offset, the others are not touched), which is right under both.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from sink.source import Range, RangeRead, TopicPartition
+from transforms.configfile import GroupProtocol, group_member_conf
 
-__all__ = ["Partitions"]
+__all__ = ["ConsumerGroupError", "Partitions", "driver_conf", "subscription"]
 
 log = logging.getLogger("cdcnorm.sink")
 
 _OFFSETS_TIMEOUT_S = 10.0
+_CONSUMER_PROTOCOL_NEEDS = (" a broker that serves KIP-848's consumer protocol (Apache Kafka 4.0 or later, "
+                            "with consumer in group.coordinator.rebalance.protocols)")
+JOIN_WARNING_S = 60.0
+"""Without any assignment this long after subscribing, :meth:`Partitions.poll` warns (once)."""
+
+
+def driver_conf(bootstrap: str, group_id: str, consumer_conf: Mapping[str, Any]) -> dict[str, Any]:
+    """The librdkafka settings of the driver's consumer, the sink's member of ``group_id``:
+    ``consumer_conf`` (the broker's settings, ``group.protocol`` among them:
+    ``BrokerConfig.librdkafka_group_member``) over the sink's defaults. Under
+    ``group.protocol=consumer`` the classic protocol's session timeout and heartbeat interval are
+    left out: librdkafka refuses them there, the broker's ``group.consumer.*`` settings apply.
+
+    >>> sorted(k for k in driver_conf("b:9092", "g", {"group.protocol": "consumer"}) if "." in k and "ms" in k)
+    []
+    >>> driver_conf("b:9092", "g", {})["session.timeout.ms"]
+    6000
+    """
+    return group_member_conf({
+        "bootstrap.servers": bootstrap,
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 1000,
+        "enable.partition.eof": False,
+        # this consumer fetches nothing (its partitions are paused as soon as assigned): a
+        # small queue bounds what it fetches before the pause
+        "queued.max.messages.kbytes": 1024,
+        **consumer_conf,
+    })
+
+
+def subscription(topics: Sequence[str], pattern: str | None) -> list[str]:
+    """What the driver subscribes to: ``topics``, and ``pattern`` as ``^(pattern).*``: the topics
+    whose name starts with a match. The same set under both protocols: under ``classic``
+    librdkafka searches the pattern in each name (POSIX regexec), under ``consumer`` the broker
+    matches the whole name (RE2/J), where a bare ``^pattern`` would miss every longer name.
+
+    >>> subscription(["a"], "^cdcnorm[.]shop")
+    ['a', '^(cdcnorm[.]shop).*']
+    """
+    out = list(topics)
+    if pattern:
+        out.append(f"^({pattern.lstrip('^')}).*")
+    return out
+
+
+class ConsumerGroupError(RuntimeError):
+    """The driver's consumer failed for good (librdkafka's fatal error): the sink cannot stay in
+    its group and stops."""
 
 
 class Partitions:
     """The partitions assigned to this sink, the offset each is read up to, and their high
     watermarks as last asked for."""
 
-    def __init__(self, consumer: Any, admin: Any, on_revoke: Callable[[set[TopicPartition]], None] | None = None) -> None:
+    def __init__(self, consumer: Any, admin: Any, on_revoke: Callable[[set[TopicPartition]], None] | None = None,
+                 group_protocol: str = GroupProtocol.CLASSIC.value, join_warning_s: float = JOIN_WARNING_S) -> None:
         self.consumer = consumer
         self.admin = admin
+        self.group_protocol = GroupProtocol(group_protocol)
+        self.join_warning_s = join_warning_s
+        self._subscribed_at: float | None = None
+        self._join_warned = False
         self.positions: dict[TopicPartition, int] = {}  # the next offset to read
         self.watermarks: dict[TopicPartition, int] = {}  # high watermarks of the last plan
         self.more: set[TopicPartition] = set()  # left unfinished by a budget: read again
@@ -41,6 +107,7 @@ class Partitions:
     # -- group membership (called from inside consumer.poll) ------------------------------------
 
     def subscribe(self, topics: list[str]) -> None:
+        self._subscribed_at = time.monotonic()
         self.consumer.subscribe(topics, on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked)
 
     def _assigned(self, consumer: Any, partitions: list[Any]) -> None:
@@ -85,10 +152,26 @@ class Partitions:
 
     def poll(self) -> None:
         """Serve the group's callbacks (joins, rebalances) and pause newly assigned partitions:
-        this consumer never fetches records. Must be called within ``max.poll.interval.ms``."""
+        this consumer never fetches records. Must be called within ``max.poll.interval.ms``.
+
+        Raises :class:`ConsumerGroupError` when the consumer failed for good (a broker that
+        refuses the consumer protocol does so); warns once when no partition was assigned
+        :attr:`join_warning_s` after subscribing (a broker without the consumer protocol at all,
+        such as Tansu or Kafka 3, never answers it)."""
         msg = self.consumer.poll(0)
         if msg is not None and msg.error() is not None:
-            log.warning("consumer: %s", msg.error())
+            self._consumer_error(msg.error())
+        if not self.generation and not self._join_warned and self._subscribed_at is not None \
+                and time.monotonic() - self._subscribed_at > self.join_warning_s:
+            self._join_warned = True
+            log.warning(
+                "no partitions assigned %.0fs after subscribing (group.protocol=%s): the topics may not exist yet, "
+                "a member that died may hold them until its session times out (with group.protocol=consumer, the "
+                "broker's group.consumer.session.timeout.ms, 45 s by default), or the broker may not serve the "
+                "group protocol%s",
+                time.monotonic() - self._subscribed_at, self.group_protocol.value,
+                _CONSUMER_PROTOCOL_NEEDS if self.group_protocol is GroupProtocol.CONSUMER else "",
+            )
         if self._unpaused:
             from confluent_kafka import TopicPartition as KafkaTP
 
@@ -97,6 +180,17 @@ class Partitions:
             if todo:
                 self.consumer.pause(todo)
             self._unpaused.clear()
+
+    def _consumer_error(self, error: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        if error.code() != KafkaError._FATAL and not error.fatal():
+            log.warning("consumer: %s", error)
+            return
+        hint = ""
+        if self.group_protocol is GroupProtocol.CONSUMER:
+            hint = f"; broker.group_protocol=consumer needs{_CONSUMER_PROTOCOL_NEEDS}, else use classic"
+        raise ConsumerGroupError(f"the sink's consumer failed for good: {error.str()}{hint}")
 
     def assigned(self) -> set[TopicPartition]:
         return {(tp.topic, tp.partition) for tp in self.consumer.assignment()}

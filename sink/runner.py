@@ -46,7 +46,7 @@ from sink.faults import crash_point
 from sink.health import SinkHealth
 from sink.iceberg import IcebergTables, IncompatibleSchemaError, build_spark, local_cores
 from sink.maintenance import DELETED_KEYS, Maintenance
-from sink.plan import Partitions
+from sink.plan import Partitions, driver_conf, subscription
 from sink.retry import Backoff, describe_failure, failure_reason, is_retried
 from sink.source import Range, TopicPartition, reader_conf, split_tasks
 from sink.tasks import (
@@ -64,6 +64,7 @@ from sink.tasks import (
     write_partition,
     write_tables,
 )
+from transforms.configfile import GroupProtocol
 
 __all__ = ["BatchReport", "MicroBatchSink", "RunSummary", "serve_metrics"]
 
@@ -314,27 +315,13 @@ class MicroBatchSink:
             claimed = self.tables.take_over(self.config.take_over_tables_from)
             log.warning("took over %d tables from group %s: %s", len(claimed), self.config.take_over_tables_from,
                         ", ".join(claimed) or "none found")
-        conf = {
-            "bootstrap.servers": self.bootstrap_servers,
-            "group.id": self.config.group_id,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 1000,
-            "enable.partition.eof": False,
-            # this consumer fetches nothing (its partitions are paused as soon as assigned): a
-            # small queue bounds what it fetches before the pause
-            "queued.max.messages.kbytes": 1024,
-            **self.consumer_conf,
-        }
+        conf = driver_conf(self.bootstrap_servers, self.config.group_id, self.consumer_conf)
         admin_conf = {k: v for k, v in conf.items() if not k.startswith(("group.", "enable.", "auto.", "session.",
                                                                            "heartbeat.", "queued.", "partition.", "fetch.",
                                                                            "max.poll", "isolation."))}
-        self.partitions = Partitions(Consumer(conf), AdminClient(admin_conf))
-        topics = list(self.config.topics)
-        if self.config.topic_pattern:
-            topics.append("^" + self.config.topic_pattern.lstrip("^"))
-        self.partitions.subscribe(topics)
+        self.partitions = Partitions(Consumer(conf), AdminClient(admin_conf), group_protocol=conf["group.protocol"])
+        log.info("joining consumer group %s (group.protocol=%s)", self.config.group_id, conf["group.protocol"])
+        self.partitions.subscribe(subscription(self.config.topics, self.config.topic_pattern))
 
     def stop(self) -> None:
         self._stop = True
@@ -400,14 +387,22 @@ class MicroBatchSink:
         return summary
 
     ONCE_JOIN_TIMEOUT_S = 60.0
+    ONCE_JOIN_TIMEOUT_CONSUMER_PROTOCOL_S = 90.0
 
     def _joined(self, since: float) -> bool:
         """Whether the consumer has partitions assigned. After a crash, the join waits for the
         dead member's session to time out (11 s against Tansu with a 6 s session), which can
-        outlast the idle batches ``once`` allows; gives up after ``ONCE_JOIN_TIMEOUT_S``."""
-        if time.monotonic() - since > self.ONCE_JOIN_TIMEOUT_S:
-            return True
+        outlast the idle batches ``once`` allows; gives up after ``ONCE_JOIN_TIMEOUT_S``. Under
+        ``group.protocol=consumer`` that session is the broker's
+        (``group.consumer.session.timeout.ms``: 45 s by default, at most
+        ``group.consumer.max.session.timeout.ms``, 60 s), so the wait is
+        ``ONCE_JOIN_TIMEOUT_CONSUMER_PROTOCOL_S``."""
         assert self.partitions is not None
+        limit = self.ONCE_JOIN_TIMEOUT_S
+        if self.partitions.group_protocol is GroupProtocol.CONSUMER:
+            limit = max(limit, self.ONCE_JOIN_TIMEOUT_CONSUMER_PROTOCOL_S)
+        if time.monotonic() - since > limit:
+            return True
         return bool(self.partitions.assigned())
 
     # -- retries ------------------------------------------------------------------------------
