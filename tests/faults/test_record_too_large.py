@@ -7,20 +7,22 @@ a Canal UPDATE of a row with a 60 kB column is a 60 kB message but a 120 kB reco
 * ``test_records_above_max_record_bytes_are_dead_lettered_and_the_stream_goes_on``: the worker
   process (``worker.max_record_bytes: 100000``, the check before producing) gets two wide UPDATEs
   in the middle of a 2000-change Canal stream: one whose message fits a dead letter (60 kB) and one
-  whose message does not (120 kB). Checked: two dead letters with the reason (output topic, size,
-  limit) and the source coordinates, the first carrying the message, the second its prefix, sizes
-  and sha256; every other change delivered in per-key order; the group commits the ends of both
-  partitions; the worker never exits.
+  whose message does not (120 kB). The normalized topics are created with
+  ``max.message.bytes=100061``, as the README advises (``max_record_bytes`` is the topics' limit
+  less a record batch's 61-byte header): the worker refuses, before producing, what the broker
+  would refuse. Checked: two dead letters with the reason (output topic, size, limit) and the
+  source coordinates, the first carrying the message, the second its prefix, sizes and sha256;
+  every other change delivered in per-key order; the group commits the ends of both partitions;
+  the worker never exits.
 * ``test_a_size_refusal_by_the_producer_dead_letters_the_source_message``: the refusal after the
-  worker's check, as the worker sees a broker's ``RecordTooLargeException``. Tansu does not enforce
-  a topic's ``max.message.bytes`` (a 15000-byte record was accepted into a topic created with
-  ``max.message.bytes=10000``), so the refusal comes from the real librdkafka client: the output
-  producer's ``message.max.bytes`` (100000) below the worker's record limit (the default, 2 MiB).
+  worker's check by librdkafka's own check: the output producer's ``message.max.bytes`` (100000)
+  below the worker's record limit (the default, 2 MiB) and the topic's (Kafka's default, 1048588).
   librdkafka reports it from ``produce()`` (MSG_SIZE_TOO_LARGE), not in a delivery report; both go
-  through the same :class:`service.output.Refusal` path (the delivery report one is covered by
-  ``tests/service/test_rdkafka.py``). Checked: the wide message is dead-lettered with librdkafka's
-  error, the offsets become committable only with the dead letter acknowledged, everything else is
-  delivered in order, nothing is fatal.
+  through the same :class:`service.output.Refusal` path (the broker's refusal, in the delivery
+  report, is ``tests/faults/test_topic_size_limits.py`` and ``tests/service/test_rdkafka.py``).
+  Checked: the wide message is dead-lettered with librdkafka's error, the offsets become
+  committable only with the dead letter acknowledged, everything else is delivered in order,
+  nothing is fatal.
 
 Run with ``-s`` to see what was injected and counted.
 """
@@ -39,6 +41,7 @@ from faust.types import TP
 
 from service.app import BatchProcessor, Normalizer, WorkerState
 from service.config import parse_config
+from service.limits import BATCH_HEADER_BYTES
 from service.local import create_topics
 from service.rdkafka import RdKafkaOutput, producer_config
 from tests.faults.procs import (
@@ -76,12 +79,14 @@ def test_records_above_max_record_bytes_are_dead_lettered_and_the_stream_goes_on
     bootstrap = kafka_bootstrap
     stream = generate(CHANGES, 200, seed=61)
     fits, too_wide = wide_update(60_000), wide_update(120_000)
-    run = produce_mid_stream(bootstrap, "rt", stream, [(b"wide", fits), (b"wider", too_wide)], extra_outputs=("big",))
+    run = produce_mid_stream(bootstrap, "rt", stream, [(b"wide", fits), (b"wider", too_wide)], extra_outputs=("big",),
+                             output_config={"max.message.bytes": str(LIMIT + BATCH_HEADER_BYTES)})
     prefix, source, dlq_topic, ends, at = run.prefix, run.source, run.dlq_topic, run.ends, run.at
     print(f"\ninjected: {CHANGES} changes over 2 partitions; after the first {CHANGES // 2}, two Canal UPDATEs of a "
           f"wide row: {len(fits)} bytes at {source}[{at[b'wide'][0]}]@{at[b'wide'][1]} and {len(too_wide)} bytes at "
           f"{source}[{at[b'wider'][0]}]@{at[b'wider'][1]}, followed by {run.after(b'wide')} and "
-          f"{run.after(b'wider')} changes in their partitions; worker.max_record_bytes={LIMIT}")
+          f"{run.after(b'wider')} changes in their partitions; worker.max_record_bytes={LIMIT}, normalized topics "
+          f"max.message.bytes={LIMIT + BATCH_HEADER_BYTES}")
 
     config = worker_config(bootstrap, redis_url, redis_prefix, prefix, [{"name": source, "format": "canal-json"}],
                            max_record_bytes=LIMIT)
