@@ -84,7 +84,7 @@ class TopicLimits:
         if self._admin is None:
             from confluent_kafka.admin import AdminClient
 
-            self._admin = AdminClient({**self._client, "log_level": 3})
+            self._admin = AdminClient({"log_level": 3, **self._client})
         return self._admin
 
     async def _describe(self, topics: list[str]) -> None:
