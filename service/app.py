@@ -29,7 +29,12 @@ A message that fails to decode or transform goes to the DLQ (``errors: dlq``) or
 worker (``errors: fail``, deliberately, without committing it). So does a message with a record
 too large for the output: above ``worker.max_record_bytes`` (checked before producing), or
 refused for its size by librdkafka or the broker (then the acker dead-letters the message, and
-its batch's offsets become committable only once the dead letter is acknowledged). A Redis outage
+its batch's offsets become committable only once the dead letter is acknowledged). The output's
+batches and the dead letters are sized to the topics' ``max.message.bytes``, read from the broker
+(:mod:`service.limits`), so that the broker refuses only a record too large on its own; a dead
+letter its DLQ topic refuses is sent again smaller, and one refused even in its smallest form is
+logged with the message's coordinates and counted (``cdcnorm_dlq_refused_total``), and the worker
+goes on. A Redis outage
 (:class:`~transforms.errors.StateStoreError`) is retried with back-off and the message is neither
 committed nor dead-lettered; meanwhile consumption waits and ``/readyz`` says not ready.
 """
@@ -773,12 +778,12 @@ class BatchProcessor:
             if runtime is None:
                 raise RuntimeError(f"a record for {refusal.topic} was refused ({refusal.error}); no entry for {message.topic}")
             error, limit = refusal.error, limits.get(refusal.topic)
+            alone = limit is not None and refusal.size + BATCH_HEADER_BYTES <= limit
             if limit is not None:
-                alone = refusal.size + BATCH_HEADER_BYTES <= limit
                 error += (f" (the topic's max.message.bytes is {limit}"
                           + ("; the record fits it, the record batch it was sent in did not)" if alone else ")"))
-            # without the DLQ topic's limit, expect it to refuse what the output topic refused
-            cap = self.record_limit if runtime.dlq_topic in normalizer.letter_limits else refusal.size - 1
+            # without the DLQ topic's limit, expect it to refuse what the output topic refused for its size
+            cap = self.record_limit if alone or runtime.dlq_topic in normalizer.letter_limits else refusal.size - 1
             exc = RecordTooLargeError(refusal.topic, refusal.size, None, error, cap=min(self.record_limit, cap))
             try:
                 outcome = normalizer.refuse(message, runtime, exc)
