@@ -35,7 +35,7 @@ import tempfile
 import time
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,12 +123,13 @@ class KafkaCluster:
     name = "kafka"
 
     def __init__(self, nodes: list[KafkaNode], libs: Path, cluster_id: str, directory: Path,
-                 heap: str = "512m", owns_directory: bool = False) -> None:
+                 heap: str = "512m", owns_directory: bool = False, jvm_options: Sequence[str] = ()) -> None:
         self.nodes = nodes
         self.libs = libs
         self.cluster_id = cluster_id
         self.directory = directory
         self.heap = heap
+        self.jvm_options = tuple(jvm_options)
         self.version = KAFKA_VERSION
         self._owns_directory = owns_directory
 
@@ -170,7 +171,7 @@ class KafkaCluster:
     def _command(self, node: KafkaNode, main: str, *args: str) -> list[str]:
         return [
             java_command(), f"-Xms{min(256, _megabytes(self.heap))}m", f"-Xmx{self.heap}", "-XX:+UseG1GC",
-            "-XX:MaxGCPauseMillis=20", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+            "-XX:MaxGCPauseMillis=20", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true", *self.jvm_options,
             f"-Dlog4j2.configurationFile={node.directory / 'log4j2.properties'}",
             "-cp", f"{self.libs}/*", main, *args,
         ]
@@ -376,10 +377,13 @@ def start_kafka(
     overrides: Mapping[str, Any] | None = None,
     timeout_s: float = 120.0,
     progress: Callable[[str], None] | None = None,
+    jvm_options: Sequence[str] = (),
 ) -> KafkaCluster:
     """Start ``nodes`` Apache Kafka KRaft nodes on 127.0.0.1 and wait until every one is a
     registered broker. ``directory`` holds their configs, data and logs (default: a temporary
-    folder, removed by :meth:`KafkaCluster.stop`)."""
+    folder, removed by :meth:`KafkaCluster.stop`). ``jvm_options`` are more flags of every node's
+    JVM, e.g. ``-XX:TieredStopAtLevel=1`` (C1 only: a node starts in about half the time on a
+    small, busy machine, at a lower peak throughput)."""
     if nodes < 1:
         raise LocalServiceError(f"a Kafka cluster needs at least one node, not {nodes}")
     libs = fetch_artifacts("kafka", progress)
@@ -389,7 +393,7 @@ def start_kafka(
     members = [KafkaNode(i, free_port(), free_port(), root / f"node-{i}") for i in range(1, nodes + 1)]
     voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in members)
     cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    cluster = KafkaCluster(members, libs, cluster_id, root, heap, owns)
+    cluster = KafkaCluster(members, libs, cluster_id, root, heap, owns, jvm_options)
     for node in members:
         node.directory.mkdir(parents=True, exist_ok=True)
         node.config_path.write_text(_node_properties(node, voters, nodes, overrides or {}))
