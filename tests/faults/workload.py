@@ -261,12 +261,14 @@ class SteadyProducer:
     """Produces ``messages`` at ``rate`` per second in a thread until :meth:`finish`, keyed (one
     key stays in one partition, in order), to ``topic`` or, when it is a sequence, to
     ``topic[i]`` for message ``i``; remembers the partition and offset of each message from its
-    delivery report."""
+    delivery report. ``conf`` adds librdkafka settings (e.g. ``enable.idempotence``, so that a
+    retry under a broker fault can neither duplicate nor reorder the source)."""
 
     bootstrap: str
     topic: str | Sequence[str]
     messages: list[tuple[bytes, bytes]]
     rate: float = 250.0
+    conf: dict[str, Any] = field(default_factory=dict)  # more producer settings (acks, idempotence ...)
     placed: dict[int, tuple[int, int]] = field(default_factory=dict)  # message index -> (partition, offset)
     failed: list[str] = field(default_factory=list)
     sent: int = 0
@@ -283,7 +285,7 @@ class SteadyProducer:
     def _run(self) -> None:
         from confluent_kafka import Producer
 
-        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5})
+        producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 5, **self.conf})
 
         def report(index: int) -> Callable[[Any, Any], None]:
             def delivered(err: Any, msg: Any) -> None:
