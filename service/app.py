@@ -87,6 +87,7 @@ from transforms.smt.base import TransformChain
 
 __all__ = [
     "BatchProcessor",
+    "BatchRefusedError",
     "EntryRuntime",
     "FatalMessageError",
     "Normalizer",
@@ -149,6 +150,23 @@ def quiet_library_loggers(level: int = logging.INFO) -> None:
 
 class FatalMessageError(Exception):
     """A message failed under ``errors: fail``; the worker stops without committing it."""
+
+
+class BatchRefusedError(RuntimeError):
+    """The broker refused normalized records that fit their topic's ``max.message.bytes``, with the
+    record batch they were sent in (the limit was lowered while the worker ran): the worker stops
+    without committing them, and produces them again after its restart, its batches sized to the
+    limit (:meth:`BatchProcessor._dead_letter_refused`)."""
+
+    def __init__(self, topic: str, limit: int, refused: int) -> None:
+        self.topic = topic
+        self.limit = limit
+        super().__init__(
+            f"{refused} record(s) for topic {topic} that fit its max.message.bytes={limit} were refused with the "
+            f"record batch they were sent in (the limit is below the batches the worker had sized to the topic: "
+            f"lowered while it ran); stopping without committing them: restarted, the worker sizes its batches "
+            f"to the limit and produces them again"
+        )
 
 
 class ServicePipeline(Pipeline):
@@ -760,17 +778,28 @@ class BatchProcessor:
         has no source message, or under ``errors: fail``.
 
         The refusing topics' limits are read again first (the output forgot them: the broker
-        refused a record, so a limit may have been lowered); the dead letter's reason names the
-        topic's ``max.message.bytes``, and says when the record fitted it and was refused with the
-        record batch it was sent in (a limit lowered below the batches the producer had made).
-        :meth:`_send_dead_letters` sends them."""
+        refused a record, so a limit may have been lowered), and the dead letter's reason names the
+        topic's ``max.message.bytes``. A normalized record that fits its topic's limit was refused
+        with the record batch it was sent in: the limit was lowered below the batches the producer
+        had sized to it while they were on their way. Its message is not dead-lettered then (the
+        change would be out of the stream, and a replay puts it after newer changes of its row):
+        :class:`BatchRefusedError` stops the worker without committing, and the restarted worker,
+        whose batches are sized to the new limit from the start, produces the records again from
+        the committed offsets (at least once, as after a crash). A dead letter refused with its
+        batch is dead-lettered again. :meth:`_send_dead_letters` sends them."""
         normalizer = self.normalizer
         first: dict[int, Refusal] = {}
         for refusal in refused:
             if refusal.origin < 0 or refusal.origin >= len(item.sources):
                 raise RuntimeError(f"a record for {refusal.topic} was refused ({refusal.error}) and has no source message")
             first.setdefault(refusal.origin, refusal)
-        limits = await self._read_limits({r.topic for r in first.values() if not r.local})
+        limits = await self._read_limits({r.topic for r in refused if not r.local})
+        dlq_topics = {rt.dlq_topic for rt in normalizer.runtimes}
+        for refusal in refused:
+            limit = limits.get(refusal.topic)
+            if (limit is not None and refusal.topic not in dlq_topics
+                    and refusal.size + BATCH_HEADER_BYTES <= limit):
+                raise BatchRefusedError(refusal.topic, limit, sum(1 for r in refused if r.topic == refusal.topic))
         letters: dict[int, tuple[Message, EntryRuntime, RecordTooLargeError, DeadLetter]] = {}
         for origin, refusal in first.items():
             message = item.sources[origin]
@@ -801,7 +830,9 @@ class BatchProcessor:
     async def _send_dead_letters(self, letters: Mapping[int, tuple[Message, EntryRuntime, Exception, DeadLetter]]) -> None:
         """Send ``letters`` (by their message's origin) and wait for their acknowledgement.
 
-        A dead letter the DLQ topic refuses for its size is sent again, smaller
+        A dead letter the DLQ topic refuses although it fits the topic's limit (read again) was
+        refused with its record batch: it is sent once more as it is. One it refuses for its size is
+        sent again, smaller
         (:func:`service.dlq.smaller_dead_letters`: the prefix form, then the smallest, skipping a
         form larger than the topic's limit read again from the broker). When the topic refuses
         even the smallest, the message is logged at ERROR with its coordinates and counted
@@ -812,6 +843,7 @@ class BatchProcessor:
         worker = self.normalizer.config.worker
         pending = {origin: entry[3] for origin, entry in letters.items()}
         smaller: dict[int, list[DeadLetter]] = {}
+        resent: set[int] = set()
         while pending:
             batch: dict[str, list[Record]] = {}
             for origin, letter in pending.items():
@@ -830,6 +862,10 @@ class BatchProcessor:
                 message, runtime, exc, _ = letters[origin]
                 size = letter_bytes(pending[origin])
                 known = self.normalizer.letter_limits.get(refusal.topic)
+                if known is not None and size <= known and origin not in resent:
+                    resent.add(origin)  # it fits: refused with its batch (the limit lowered meanwhile), once more
+                    retry[origin] = pending[origin]
+                    continue
                 if origin not in smaller:
                     smaller[origin] = smaller_dead_letters(
                         message, exc, pending[origin], size - 1 if known is None else known,
