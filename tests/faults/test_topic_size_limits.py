@@ -18,6 +18,17 @@ the broker's.
   delivered; every other change is delivered in per-key order (none was refused with the wide
   record, though the records of a fetch are far more than 150 kB per partition); the group commits
   the ends of both partitions; the worker never exits.
+* ``test_a_limit_lowered_while_the_worker_runs_loses_nothing``: the normalized topics lowered from
+  Kafka's default to 150000 bytes while the worker runs, then the second half of a 2000-change
+  stream, a wide UPDATE among it, arrives in one burst. The worker's batches were sized to the old
+  limit, so the broker refuses records that fit the new one, with their batch. Dead-lettering them
+  would take good changes out of the stream (and a replay puts them after newer changes of their
+  rows, which the sink applies over the newer ones for formats without a source sequence), so the
+  worker stops without committing them (exit 3, once); restarted, as an orchestrator does, it sizes
+  its batches to the new limit and produces them again. Checked: the first worker's exit code and
+  reason; every change delivered (at least once), the last record of each version in version order
+  per key, so each key's last record is its newest version; only the wide message is a dead letter,
+  whole; the group commits the ends; the second worker never exits.
 * ``test_a_dlq_topic_smaller_than_a_dead_letter_gets_a_smaller_one_and_the_worker_goes_on``: three
   source topics, three DLQ topics of decreasing ``max.message.bytes``. A DLQ topic whose limit the
   worker read at start (30000) gets an undecodable 40 kB message's dead letter as its prefix, sizes
@@ -42,6 +53,7 @@ from typing import Any
 import orjson
 import pytest
 
+from service.local import wait_for
 from tests.faults.procs import (
     alter_topic,
     committed_offsets,
@@ -238,3 +250,91 @@ def test_a_dlq_topic_smaller_than_a_dead_letter_gets_a_smaller_one_and_the_worke
     assert refused_metric == 1
     assert any(f"topic={src_tiny} partition=0 offset=0" in line and f"dlq={tiny}" in line for line in errors)
     assert committed_offsets(bootstrap, group, src_tiny, 1) == [1]
+
+
+def _change(value: bytes | None) -> tuple[str, int, int]:
+    """(table, id, ver) of a Canal source message or of a normalized record's value."""
+    doc = orjson.loads(value or b"{}")
+    if "payload" in doc:
+        payload = doc["payload"]
+        image = payload["before"] if payload["op"] == "d" else payload["after"]
+        return payload["source"]["table"], int(image["id"]), int(image["ver"])
+    row = doc["data"][0]
+    return doc["table"], int(row["id"]), int(row["ver"])
+
+
+def test_a_limit_lowered_while_the_worker_runs_loses_nothing(
+    apache_kafka_bootstrap: str, redis_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
+    bootstrap = apache_kafka_bootstrap
+    stream = generate(CHANGES, 200, seed=79)
+    too_wide = wide_update(WIDE_IDS + 2, 100_000)
+    half = len(stream.messages) // 2
+    run = produce_mid_stream(bootstrap, "tw", SimpleNamespace(messages=stream.messages[:half]), [])
+    prefix, source, dlq_topic = run.prefix, run.source, run.dlq_topic
+    config = worker_config(bootstrap, redis_url, redis_prefix, prefix, [{"name": source, "format": "canal-json"}])
+    group = config["worker"]["app_id"]
+
+    first = WorkerProcess(config, tmp_path / "first")
+    try:
+        first.wait_ready(90)
+        wait_committed(bootstrap, group, source, run.ends, 120, first)
+        for topic in run.outputs:
+            alter_topic(bootstrap, topic, {"max.message.bytes": str(TOPIC_LIMIT)})
+        # the rest in one produce request (one record batch per partition) while the worker is frozen
+        # for a moment: its first fetch afterwards takes it all, as after a burst
+        rest = [*stream.messages[half:half + 100], (b"wider", too_wide), *stream.messages[half + 100:]]
+        first.process.freeze()
+        try:
+            for p, end in produce(bootstrap, source, rest, **{"linger.ms": 1500, "batch.size": 4_000_000,
+                                                               "message.max.bytes": 4_000_000}).items():
+                run.ends[p] = max(run.ends.get(p, 0), end)
+        finally:
+            first.process.resume()
+        print(f"\ninjected: the first {half} changes; the worker read the normalized topics' limits (Kafka's "
+              f"default); then they were lowered to {TOPIC_LIMIT}, and the other {len(stream.messages) - half} "
+              f"changes with {len(too_wide)} bytes (a wide UPDATE of t0) among them came in one burst")
+        wait_for(lambda: not first.process.running, 60, "the first worker stopping", 0.2)
+        exit_code = first.process.process.returncode
+    finally:
+        first.stop()
+    first_log = (tmp_path / "first" / "worker.log").read_text(errors="replace")
+    stopped = [line for line in first_log.splitlines() if "were refused with the record batch" in line]
+
+    second = WorkerProcess(config, tmp_path / "second")  # as an orchestrator restarts it
+    try:
+        second.wait_ready(90)
+        wait_committed(bootstrap, group, source, run.ends, 120, second)
+        running = second.process.running
+    finally:
+        second.stop()
+    second_log = (tmp_path / "second" / "worker.log").read_text(errors="replace")
+
+    records = read_all(bootstrap, run.outputs)
+    letters = read_topics(bootstrap, [dlq_topic], idle_s=2.0)
+    sized = [line for line in second_log.splitlines() if "output batches of at most" in line]
+    delivered = [_change(r.value) for r in records if r.value is not None]
+    print(f"counted: first worker exit code {exit_code}: {stopped[0].split('error=', 1)[-1] if stopped else '-'}")
+    print(f"counted: second worker running={running}; {len(delivered)} changes delivered "
+          f"({len(delivered) - len(set(delivered))} again), {len(letters)} dead letter(s); "
+          + "; ".join(line.split("INFO", 1)[-1] for line in sized))
+    for letter in letters:
+        print(f"counted: dead letter {dead_letter_line(letter)}")
+    # the first worker stopped at the refused batch, without committing it; the second went on
+    assert exit_code == 3 and stopped and f"max.message.bytes={TOPIC_LIMIT}" in stopped[0]
+    assert running and "were refused with the record batch" not in second_log
+    assert any(f"max.message.bytes={TOPIC_LIMIT}" in line for line in sized)
+    assert committed_offsets(bootstrap, group, source, 2) == [run.ends[0], run.ends[1]]
+    # nothing lost: every change delivered (some twice: produced again after the restart); the
+    # last record of each version comes in version order per key (what the sink's merge by
+    # partition and offset keeps), so the last record of each key is its newest version
+    expected = {_change(value) for _, value in stream.messages}
+    assert set(delivered) == expected
+    last: dict[tuple[str, int, int], int] = {change: at for at, change in enumerate(delivered)}
+    by_key: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for (table, kid, ver), at in last.items():
+        by_key.setdefault((table, kid), []).append((at, ver))
+    assert all([v for _, v in sorted(pairs)] == sorted(v for _, v in pairs) for pairs in by_key.values())
+    # the wide message, and only it, is a dead letter, whole
+    assert {letter.key for letter in letters} == {b"wider"} and all(letter.value == too_wide for letter in letters)
+    assert "record batch" not in _headers(letters[-1])["__connect.errors.exception.message"]
