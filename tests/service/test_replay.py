@@ -158,7 +158,10 @@ def _dead_letters(dlq: str) -> list[tuple[bytes | None, bytes | None, list[tuple
 
 
 @pytest.fixture
-def setup(kafka_bootstrap: str, redis_url: str, redis_prefix: str, tmp_path: Path) -> dict[str, Any]:
+def setup(kafka_bootstrap: str, redis_url: str, redis_prefix: str, tmp_path: Path,
+          request: pytest.FixtureRequest) -> dict[str, Any]:
+    """A DLQ with four dead letters and a config replaying them; ``broker.group_protocol`` is the
+    test's indirect parameter (classic by default)."""
     prefix = f"rp{uuid.uuid4().hex[:8]}"
     dlq = f"{prefix}.dlq"
     create_topics(kafka_bootstrap, [dlq], partitions=2)
@@ -166,7 +169,8 @@ def setup(kafka_bootstrap: str, redis_url: str, redis_prefix: str, tmp_path: Pat
     produce_with_headers(kafka_bootstrap, dlq, letters)
     config = {
         "topic_prefix": prefix,
-        "broker": {"bootstrap_servers": kafka_bootstrap, "session_timeout_s": 6},
+        "broker": {"bootstrap_servers": kafka_bootstrap, "session_timeout_s": 6,
+                   "group_protocol": getattr(request, "param", "classic")},
         "redis": {"url": redis_url, "key_prefix": redis_prefix},
         "topics": [{"name": "src", "format": "canal-json"}],
     }
@@ -217,7 +221,11 @@ def test_dry_run_says_what_would_happen_and_changes_nothing(setup: dict[str, Any
 
 @pytest.mark.integration
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("setup", ["classic", "consumer"], indirect=True)
 def test_replay_produces_requeues_and_commits(setup: dict[str, Any]) -> None:
+    """Also with ``broker.group_protocol: consumer``, which the worker refuses: the replay never
+    joins its group (it assigns the DLQ's partitions and commits as a simple group), so the
+    protocol does not touch it, and its group remembers how far it got all the same."""
     s = setup
     code, lines, summary = _replay(s)
     assert code == 2, summary
@@ -225,7 +233,7 @@ def test_replay_produces_requeues_and_commits(setup: dict[str, Any]) -> None:
     assert [x.get("requeued_to") for x in lines] == [None, s["dlq"], s["dlq"], s["dlq"]]
 
     # the replayed dead letter became what the worker makes of it now
-    normalizer = Normalizer(parse_config(s["config"]))
+    normalizer = Normalizer(parse_config(s["config"], for_worker=False))
     runtime = normalizer.runtime_for("src")
     assert runtime is not None
     want = normalizer.process(Message(GOOD, b"key-10", "src", 0, 10, None, (("trace-id", b"t10"),)), runtime).records
@@ -245,6 +253,12 @@ def test_replay_produces_requeues_and_commits(setup: dict[str, Any]) -> None:
     assert gone.value == GOOD and gone.headers[ERROR_TOPIC] == b"gone" and gone.headers[FORMAT_HEADER] == b"maxwell-json"
     stray = again[b"1"]
     assert (stray.key, stray.value) == (b"k", b"stray")
+
+    # the replay committed without ever being a member of its group
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": s["bootstrap"]})
+    assert admin.describe_consumer_groups([s["group"]])[s["group"]].result(30).members == []
 
     # the group remembers: the next run replays only the three written back, once each
     code, lines, summary = _replay(s)

@@ -2,8 +2,9 @@
 
 A scripted history across 3 tables is produced as normalized records; the sink runs as its own
 process (``python -m sink``) and each Iceberg table must equal the final state computed
-independently in plain Python. The crash test SIGKILLs the sink between the Iceberg commit and
-the offset commit, and between two tables' commits, then restarts it.
+independently in plain Python, under both consumer group protocols (``broker.group_protocol``:
+classic, and KIP-848's consumer protocol on Apache Kafka). The crash test SIGKILLs the sink
+between the Iceberg commit and the offset commit, and between two tables' commits, then restarts it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 import yaml
 
 from service.local import LocalBroker, create_topics
+from tests.brokers import TEST_BROKER
 from tests.sink.history import History, scripted_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -28,21 +30,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _produce(bootstrap: str, history: History) -> int:
-    from confluent_kafka import Producer
-
-    records = history.records()
-    create_topics(bootstrap, sorted({r.topic for r in records}), partitions=2)
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for r in records:
-        producer.produce(r.topic, key=r.key_bytes(), value=r.value_bytes())
-    assert producer.flush(30) == 0
-    return len(records)
-
-
-def _config(tmp: Path, bootstrap: str, group: str, max_records: int, **sink: Any) -> Path:
+def _config(tmp: Path, bootstrap: str, group: str, max_records: int, broker: dict[str, Any] | None = None,
+            **sink: Any) -> Path:
     cfg = {
-        "broker": {"bootstrap_servers": bootstrap},
+        "broker": {"bootstrap_servers": bootstrap, **(broker or {})},
         "topics": [{"name": "unused-source", "format": "canal-json"}],
         "sink": {
             "topic_pattern": r"cdcnorm\.shop\..*",
@@ -100,30 +91,39 @@ def _assert_state(tables: dict[str, Any], history: History) -> None:
     assert events == sorted((r["msg"], r["n"]) for r in history.appended["events"])
 
 
-def test_sink_reaches_the_independently_computed_state(broker: LocalBroker, tmp_path: Path) -> None:
+@pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
+def test_sink_reaches_the_independently_computed_state(broker: LocalBroker, tmp_path: Path, group_protocol: str,
+                                                       request: pytest.FixtureRequest) -> None:
+    # the consumer protocol (KIP-848) needs Apache Kafka: with CDCNORM_TEST_BROKER=tansu it gets one of its own
+    bootstrap = broker.address
+    if group_protocol == "consumer" and TEST_BROKER != "kafka":
+        bootstrap = request.getfixturevalue("apache_kafka_bootstrap")
     history = scripted_history(n_keys=30, n_changes=600, seed=11)
-    produced = _produce(broker.address, history)
-    config = _config(tmp_path, broker.address, "sink-it", max_records=250)
+    group, db, settings = f"sink-it-{group_protocol}", f"it_{group_protocol}", {"group_protocol": group_protocol}
+    config = _produce_as(bootstrap, history, db, tmp_path, group, max_records=250, broker=settings)
     proc = _run(config, "sink", "--once")
     print(proc.stdout[-2000:])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "batch: read=" in proc.stdout
-    tables = _tables(config)
+    assert f"joining consumer group {group} (group.protocol={group_protocol})" in proc.stderr
+    tables = {k.replace(f"{db}.", "shop."): v for k, v in _tables(config).items()}
     print({k: {x: v[x] for x in ("count", "snapshots", "data_files", "delete_files")} for k, v in tables.items()})
-    print(f"produced={produced} orders={tables['shop.orders']['count']} users={tables['shop.users']['count']}")
+    print(f"records={len(history.records())} orders={tables['shop.orders']['count']} users={tables['shop.users']['count']}")
     _assert_state(tables, history)
     # replay: a new consumer group re-reads everything; the tables must not change (it takes
     # them over: a table belongs to one sink's group, README "One sink per table")
-    replay = _config(tmp_path, broker.address, "sink-it-replay", max_records=250, take_over_tables_from="sink-it")
+    replay = _config(tmp_path, bootstrap, f"{group}-replay", max_records=250, broker=settings,
+                     take_over_tables_from=group)
+    replay.write_text(replay.read_text().replace(r"cdcnorm\.shop\..*", rf"cdcnorm\.{db}\..*"))
     proc = _run(replay, "sink", "--once")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    again = _tables(config)
+    again = {k.replace(f"{db}.", "shop."): v for k, v in _tables(config).items()}
     for name in ("shop.orders", "shop.users"):
         assert sorted(map(orjson.dumps, again[name]["rows"])) == sorted(map(orjson.dumps, tables[name]["rows"])), name
 
 
 def _produce_as(bootstrap: str, history: History, db: str, tmp: Path, group: str, max_records: int,
-                **sink: Any) -> Path:
+                broker: dict[str, Any] | None = None, **sink: Any) -> Path:
     """Produce ``history`` with its tables moved to database ``db`` (topics of this test only) on
     2 partitions; returns a sink config reading them."""
     for e in history.events:
@@ -136,7 +136,7 @@ def _produce_as(bootstrap: str, history: History, db: str, tmp: Path, group: str
     for r in records:
         producer.produce(r.topic, key=r.key_bytes(), value=r.value_bytes())
     assert producer.flush(30) == 0
-    config = _config(tmp, bootstrap, group, max_records=max_records, **sink)
+    config = _config(tmp, bootstrap, group, max_records=max_records, broker=broker, **sink)
     config.write_text(config.read_text().replace(r"cdcnorm\.shop\..*", rf"cdcnorm\.{db}\..*"))
     return config
 
