@@ -31,8 +31,8 @@ __all__ = ["ConsumerGroupError", "Partitions", "driver_conf", "subscription"]
 log = logging.getLogger("cdcnorm.sink")
 
 _OFFSETS_TIMEOUT_S = 10.0
-_CONSUMER_PROTOCOL_NEEDS = (" a broker that serves KIP-848's consumer protocol (Apache Kafka 4.0 or later, "
-                            "with consumer in group.coordinator.rebalance.protocols)")
+_CONSUMER_PROTOCOL_NEEDS = (" a broker that serves KIP-848's consumer protocol: Apache Kafka 4.0 or later, "
+                            "with consumer in group.coordinator.rebalance.protocols")
 JOIN_WARNING_S = 60.0
 """Without any assignment this long after subscribing, :meth:`Partitions.poll` warns (once)."""
 
@@ -157,7 +157,7 @@ class Partitions:
         Raises :class:`ConsumerGroupError` when the consumer failed for good (a broker that
         refuses the consumer protocol does so); warns once when no partition was assigned
         :attr:`join_warning_s` after subscribing (a broker without the consumer protocol at all,
-        such as Tansu or Kafka 3, never answers it)."""
+        such as Tansu or a Kafka older than 4.0, never answers it)."""
         msg = self.consumer.poll(0)
         if msg is not None and msg.error() is not None:
             self._consumer_error(msg.error())
@@ -170,7 +170,8 @@ class Partitions:
                 "broker's group.consumer.session.timeout.ms, 45 s by default), or the broker may not serve the "
                 "group protocol%s",
                 time.monotonic() - self._subscribed_at, self.group_protocol.value,
-                _CONSUMER_PROTOCOL_NEEDS if self.group_protocol is GroupProtocol.CONSUMER else "",
+                f" (group.protocol=consumer needs{_CONSUMER_PROTOCOL_NEEDS})"
+                if self.group_protocol is GroupProtocol.CONSUMER else "",
             )
         if self._unpaused:
             from confluent_kafka import TopicPartition as KafkaTP
