@@ -199,21 +199,62 @@ class Partitions:
     # -- planning -------------------------------------------------------------------------------
 
     def refresh_watermarks(self) -> None:
-        """Ask the high watermark of every assigned partition (one request per broker)."""
-        from confluent_kafka import TopicPartition as KafkaTP
-        from confluent_kafka.admin import OffsetSpec
+        """Ask the high watermark of every assigned partition (one request per broker).
 
+        librdkafka's admin client sends ListOffsets to the leader, with the leader epoch, of its
+        cached metadata, and does not refresh that metadata when the answer says it is stale: once
+        a partition's leader changed (a broker restarted or failed over), every later request of
+        the partition failed (``FENCED_LEADER_EPOCH``; ``No leaders found`` when the cache last saw
+        the partition without a leader) for as long as the sink ran, so it planned no more reads
+        of it and, its lag unknown, looked idle: found by tests/faults/test_kafka_cluster_faults.py
+        after a rolling restart. So when a partition's watermark cannot be read, or comes back
+        invalid, the metadata of its topic is requested again (:meth:`_refresh_metadata`) and the
+        partition asked once more at once. If that fails too (its leader is away), the last
+        watermark known stays; the next plan asks again.
+        """
         tps = [tp for tp in self.positions if tp not in self.paused]
         if not tps:
             return
+        failed = self._ask_watermarks(tps)
+        if failed:
+            self._refresh_metadata(sorted({t for t, _ in failed}))
+            failed = self._ask_watermarks(list(failed))
+            for (topic, partition), why in failed.items():
+                log.warning("high watermark of %s[%d] unknown: %s", topic, partition, why)
+
+    def _ask_watermarks(self, tps: list[TopicPartition]) -> dict[TopicPartition, str]:
+        """Ask the high watermarks of ``tps`` into :attr:`watermarks`; returns the partitions
+        without an answer, and why."""
+        from confluent_kafka import TopicPartition as KafkaTP
+        from confluent_kafka.admin import OffsetSpec
+
         futures = self.admin.list_offsets(
             {KafkaTP(t, p): OffsetSpec.latest() for t, p in tps}, request_timeout=_OFFSETS_TIMEOUT_S
         )
+        failed: dict[TopicPartition, str] = {}
         for ktp, future in futures.items():
+            tp = (ktp.topic, ktp.partition)
             try:
-                self.watermarks[(ktp.topic, ktp.partition)] = future.result().offset
-            except Exception as exc:  # a partition whose leader is away: planned again next time
-                log.warning("high watermark of %s[%d] unknown: %s", ktp.topic, ktp.partition, exc)
+                offset = future.result().offset
+            except Exception as exc:
+                failed[tp] = str(exc)
+                continue
+            if offset < 0:  # librdkafka's answer for a leader that has just moved away (-1001)
+                failed[tp] = f"invalid offset {offset}"
+            else:
+                self.watermarks[tp] = offset
+        return failed
+
+    def _refresh_metadata(self, topics: list[str]) -> None:
+        """Make the admin client request the metadata of ``topics`` (their leaders and leader
+        epochs) now, instead of at its next periodic refresh."""
+        for topic in topics:
+            try:
+                self.admin.list_topics(topic, timeout=_OFFSETS_TIMEOUT_S)
+            except Exception as exc:  # no broker answered: the next plan tries again
+                log.warning("metadata of %s not refreshed: %s", topic, exc)
+                return
+        log.info("refreshed the metadata of %s: their leaders or leader epochs changed", ", ".join(topics))
 
     def plan(self, skip: Iterable[TopicPartition] = ()) -> list[Range]:
         """The ranges of the next micro-batch: every assigned partition, not paused nor in
