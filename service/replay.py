@@ -350,10 +350,7 @@ def replay_dead_letters(
         if not assignment:
             failed = False
             return summary
-        try:
-            committed = consumer.committed(assignment, timeout=connect_timeout_s)
-        except KafkaException as exc:
-            raise ReplayError(f"cannot read the offsets of group {group!r}: {exc.args[0].str()}") from None
+        committed = _committed(consumer, assignment, group, connect_timeout_s)
         consumer.assign([TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
                          for tp in committed])
         replayer = _Replayer(config, normalizer if normalizer is not None else replay_normalizer(config, dry_run=dry_run),
@@ -441,3 +438,24 @@ def default_dlq_topics(config: PipelineConfig) -> list[str]:
     """Every entry's DLQ topic, each once, in config order."""
     return list(dict.fromkeys(e.output_dlq_topic(config.topic_prefix) for e in config.topics))
 
+
+_COORDINATOR_NOT_READY = frozenset({"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"})
+
+
+def _committed(consumer: Any, assignment: list[Any], group: str, timeout_s: float) -> list[Any]:
+    """The group's committed offsets of ``assignment``. While the group's coordinator is not ready
+    (a broker just started loads its offsets topic first; a coordinator moved), asked again until
+    ``timeout_s``: librdkafka hands those errors back to ``committed()`` without retrying."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            offsets: list[Any] = consumer.committed(assignment, timeout=max(1.0, deadline - time.monotonic()))
+            return offsets
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.name() in _COORDINATOR_NOT_READY and time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
+            raise ReplayError(f"cannot read the offsets of group {group!r}: {error.str()}") from None

@@ -1,4 +1,4 @@
-"""``cdcnorm dlq replay`` against a real Tansu broker and Redis (``-m integration``), and its
+"""``cdcnorm dlq replay`` against a real broker (Apache Kafka) and Redis (``-m integration``), and its
 produce-then-commit order with fakes."""
 
 from __future__ import annotations
@@ -162,6 +162,10 @@ def setup(kafka_bootstrap: str, redis_url: str, redis_prefix: str, tmp_path: Pat
           request: pytest.FixtureRequest) -> dict[str, Any]:
     """A DLQ with four dead letters and a config replaying them; ``broker.group_protocol`` is the
     test's indirect parameter (classic by default)."""
+    return _setup(kafka_bootstrap, redis_url, redis_prefix, tmp_path, getattr(request, "param", "classic"))
+
+
+def _setup(kafka_bootstrap: str, redis_url: str, redis_prefix: str, tmp_path: Path, protocol: str) -> dict[str, Any]:
     prefix = f"rp{uuid.uuid4().hex[:8]}"
     dlq = f"{prefix}.dlq"
     create_topics(kafka_bootstrap, [dlq], partitions=2)
@@ -170,7 +174,7 @@ def setup(kafka_bootstrap: str, redis_url: str, redis_prefix: str, tmp_path: Pat
     config = {
         "topic_prefix": prefix,
         "broker": {"bootstrap_servers": kafka_bootstrap, "session_timeout_s": 6,
-                   "group_protocol": getattr(request, "param", "classic")},
+                   "group_protocol": protocol},
         "redis": {"url": redis_url, "key_prefix": redis_prefix},
         "topics": [{"name": "src", "format": "canal-json"}],
     }
@@ -217,6 +221,24 @@ def test_dry_run_says_what_would_happen_and_changes_nothing(setup: dict[str, Any
     assert [r.offset for r in read_topics(s["bootstrap"], [s["dlq"]])] == [0, 1, 2, 3]  # nothing written back
     assert read_topics(s["bootstrap"], [f"{s['prefix']}.shop.users"]) == []
     assert _replay(s, "--dry-run")[1] == lines  # nothing committed: the same again
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(180)
+def test_replay_on_a_kafka_that_just_started(redis_url: str, redis_prefix: str, tmp_path: Path) -> None:
+    """A broker just started loads its offsets topic before it coordinates a group: reading the
+    group's offsets answers NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS for a moment, which
+    the replay waits out (seen on Apache Kafka, when the replay was the session's first test)."""
+    from service.local import start_broker
+
+    broker = start_broker("kafka", log_dir=tmp_path / "broker")
+    try:
+        s = _setup(broker.address, redis_url, redis_prefix, tmp_path, "classic")
+        code, lines, summary = _replay(s, "--dry-run")
+        assert code == 2, summary
+        assert [x["outcome"] for x in lines] == ["would-replay", "failed", "unreplayable", "unreplayable"]
+    finally:
+        broker.stop()
 
 
 @pytest.mark.integration
