@@ -1192,6 +1192,7 @@ def _redis_normalizer(config: PipelineConfig) -> tuple[Normalizer, Any, list[Any
             replica=replica_id(config.worker.app_id),
             timeout_s=ml.timeout_s,
             replication_factor=ml.replication_factor,
+            min_insync_replicas=ml.min_insync_replicas,
         )
         meta = LoggedMetadataStore(log_, meta)
     rows: list[Any] = []

@@ -129,7 +129,7 @@ CONNECT_ERROR_KEYS: dict[str, str] = {
 # errors.tolerance values (case-insensitive, as Connect reads them) -> ErrorPolicy
 _TOLERANCE = {"none": ErrorPolicy.FAIL, "all": ErrorPolicy.DLQ}
 # error types whose ctx names the key (below the model's loc) that the error is about
-_KEY_ERRORS = ("connect_key_conflict", "connect_key_value", "prefix_not_below_limit")
+_KEY_ERRORS = ("connect_key_conflict", "connect_key_value", "prefix_not_below_limit", "min_insync_above_replicas")
 
 
 def _connect_error_keys(data: Any) -> Any:
@@ -358,6 +358,12 @@ class MetadataLogConfig(_Section):
     replication_factor: int = Field(
         -1, ge=-1, description="Of the topic when the worker creates it (1 partition, compacted); -1: the broker's default."
     )
+    min_insync_replicas: int | None = Field(
+        None,
+        ge=1,
+        description="The topic's min.insync.replicas when the worker creates it: how many copies a write (acks=all) "
+        "needs before it is acknowledged; at most replication_factor. None: the broker's default.",
+    )
     timeout_s: float = Field(
         5.0,
         gt=0,
@@ -368,6 +374,23 @@ class MetadataLogConfig(_Section):
     @classmethod
     def _topic(cls, value: str | None) -> str | None:
         return _check_topic_name(value)
+
+    @field_validator("replication_factor")
+    @classmethod
+    def _replication(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("expected -1 (the broker's default) or at least 1")
+        return value
+
+    @model_validator(mode="after")
+    def _min_insync_within_replicas(self) -> MetadataLogConfig:
+        if self.min_insync_replicas is not None and 0 < self.replication_factor < self.min_insync_replicas:
+            raise PydanticCustomError(
+                "min_insync_above_replicas",
+                "above replication_factor ({replicas}): the broker would refuse every write (NOT_ENOUGH_REPLICAS)",
+                {"key": "min_insync_replicas", "replicas": self.replication_factor},
+            )
+        return self
 
 
 class RowStateConfig(_Section):

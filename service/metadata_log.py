@@ -12,8 +12,9 @@ memory:
 * **record key**: the JSON array ``[namespace, key]`` (UTF-8); **value**: the document as JSON,
   or a tombstone (``null`` value) when the document is deleted. Compaction keeps the last
   record per key, so the topic stays as small as the metadata itself.
-* **start-up**: :meth:`MetadataLog.start` opens the topic (creating it with one partition and
-  ``cleanup.policy=compact`` when it does not exist) and reads it from the beginning in a
+* **start-up**: :meth:`MetadataLog.start` opens the topic (creating it with one partition,
+  ``cleanup.policy=compact`` and, on a replicated cluster, ``metadata_log.replication_factor``
+  and ``min_insync_replicas`` when it does not exist) and reads it from the beginning in a
   background thread. It is *loaded* once it has read past a **sync marker** it wrote itself
   to every partition (see below), never by high watermarks, which the local broker reports too
   low. Until then :attr:`MetadataLog.loaded` is false.
@@ -123,6 +124,7 @@ class MetadataLog:
         replica: str,
         timeout_s: float = 5.0,
         replication_factor: int = -1,
+        min_insync_replicas: int | None = None,
         create: bool = True,
     ) -> None:
         self.topic = topic
@@ -131,6 +133,7 @@ class MetadataLog:
         self._client = {k: v for k, v in client.items() if k != "client.id"}
         self._client_id = str(client.get("client.id") or "cdcnorm")
         self._replication_factor = replication_factor
+        self._min_insync = min_insync_replicas
         self._create = create
         self._entries: dict[tuple[str, str], Entry] = {}
         self._next: dict[int, int] = {}  # partition -> next offset the tail will read
@@ -359,8 +362,9 @@ class MetadataLog:
         self._consumer = consumer
 
     def _ensure_topic(self) -> None:
-        """Create the topic (1 partition, compacted) unless it exists; warn when an existing
-        one is not compacted (where the broker can tell)."""
+        """Create the topic (1 partition, compacted, ``min.insync.replicas`` when given) unless it
+        exists; warn when an existing one is not compacted, or needs fewer in-sync replicas than
+        asked (where the broker can tell)."""
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
@@ -369,6 +373,8 @@ class MetadataLog:
         existing = admin.list_topics(timeout=self.timeout_s).topics
         if self.topic not in existing:
             configs = {"cleanup.policy": "compact"}
+            if self._min_insync is not None:
+                configs["min.insync.replicas"] = str(self._min_insync)
             for attempt in (configs, {}):
                 new = NewTopic(self.topic, num_partitions=1, replication_factor=self._replication_factor, config=attempt)
                 try:
@@ -381,8 +387,8 @@ class MetadataLog:
                     if name == "TOPIC_ALREADY_EXISTS":
                         return
                     if attempt and name in ("INVALID_CONFIG", "POLICY_VIOLATION", "UNSUPPORTED_VERSION"):
-                        log.warning("metadata log topic=%s: the broker refused cleanup.policy=compact (%s); "
-                                    "creating it without", self.topic, exc)
+                        log.warning("metadata log topic=%s: the broker refused the config %s (%s); "
+                                    "creating it without", self.topic, attempt, exc)
                         continue
                     raise
             return
@@ -393,6 +399,12 @@ class MetadataLog:
             if policy is not None and "compact" not in str(policy.value):
                 log.warning("metadata log topic=%s has cleanup.policy=%s: set it to compact, or old metadata "
                             "is deleted with the segments", self.topic, policy.value)
+            insync = described.get("min.insync.replicas")
+            if self._min_insync is not None and insync is not None and str(insync.value).isdigit() \
+                    and int(insync.value) < self._min_insync:
+                log.warning("metadata log topic=%s has min.insync.replicas=%s, below metadata_log.min_insync_replicas=%d "
+                            "(set only when the worker creates it): alter the topic", self.topic, insync.value,
+                            self._min_insync)
         except Exception as exc:  # a broker without DescribeConfigs, or no permission: not fatal
             log.debug("metadata log topic=%s: cannot describe its config: %s", self.topic, exc)
 

@@ -90,6 +90,25 @@ def test_own_writes_are_not_undone_by_an_older_record(logs: Any) -> None:
     assert a.get("ns", "k") == second
 
 
+def test_the_topic_is_created_with_its_min_insync_replicas(kafka_bootstrap: str, topic: str) -> None:
+    """``metadata_log.min_insync_replicas`` is set on the topic the worker creates (a topic
+    config, not the broker's default), so that its acks=all writes need that many copies."""
+    from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource
+
+    log = MetadataLog({"bootstrap.servers": kafka_bootstrap}, topic, replica="r", timeout_s=10.0, min_insync_replicas=1)
+    log.start()
+    try:
+        assert log.wait_loaded(30), log.status()
+        resource = ConfigResource("topic", topic)
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})  # kept: its futures die with it
+        described = admin.describe_configs([resource])[resource].result(10)
+        insync, policy = described["min.insync.replicas"], described["cleanup.policy"]
+        assert (insync.value, insync.source) == ("1", ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+        assert policy.value == "compact"
+    finally:
+        log.close()
+
+
 def test_unreachable_broker_raises_state_store_error() -> None:
     log = MetadataLog({"bootstrap.servers": f"127.0.0.1:{free_port()}"}, "nowhere.metadata", replica="r",
                       timeout_s=1.0)

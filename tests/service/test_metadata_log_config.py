@@ -54,3 +54,17 @@ def test_readiness_waits_for_the_metadata_log() -> None:
     status[0] = None
     assert state.ready and health_report(state)["metadata_log"] is True
     assert WorkerState(started=True, joined=True).ready  # no log (tests, in-memory stores)
+
+
+def test_min_insync_replicas_is_at_most_the_replication_factor() -> None:
+    cfg = parse_config({"metadata_log": {"replication_factor": 3, "min_insync_replicas": 2}, "topics": TOPICS})
+    assert cfg.metadata_log.min_insync_replicas == 2
+    assert parse_config({"topics": TOPICS}).metadata_log.min_insync_replicas is None  # the broker's default
+    assert parse_config({"metadata_log": {"min_insync_replicas": 2}, "topics": TOPICS})  # the broker's replication
+    for section, reason in (({"replication_factor": 2, "min_insync_replicas": 3}, "NOT_ENOUGH_REPLICAS"),
+                            ({"min_insync_replicas": 0}, "greater than or equal to 1"),
+                            ({"replication_factor": 0}, "at least 1")):
+        with pytest.raises(ConfigError) as raised:
+            parse_config({"metadata_log": section, "topics": TOPICS})
+        key = "replication_factor" if "min_insync_replicas" not in section else "min_insync_replicas"
+        assert f"metadata_log.{key}" in str(raised.value) and reason in str(raised.value)
