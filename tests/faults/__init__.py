@@ -10,6 +10,13 @@ Real processes on loopback: the test broker (Apache Kafka, or Tansu with
   ``after-iceberg-commit``, ``after-kafka-commit``; see :func:`sink.faults.crash_point`).
 * ``test_redis_outage``: the worker's redis-server frozen (SIGSTOP) for 30 s.
 * ``test_broker_outage``: the broker frozen (SIGSTOP) for 30 s under a running worker and sink.
+* ``test_kafka_cluster_faults``: a 3-node Apache Kafka cluster (replication factor 3,
+  ``min.insync.replicas`` 2, every producer idempotent with ``acks=all``) under one worker and one
+  sink while changes flow: the node leading every partition read and written (and both groups'
+  coordinators) SIGKILLed and restarted with its data; a rolling restart of every node
+  (SIGTERM, start, in sync); that node frozen (SIGSTOP) for 20 s. Then lost 0, out of order 0,
+  wrong values 0 (duplicates counted), the one dead letter on the DLQ, the record batches on every
+  replica's disk written by idempotent producers, and the sink's tables equal the final state.
 * ``test_rebalance``: a second worker joins and later leaves while a Canal stream flows; no
   committed offset may pass a change that never arrived.
 * ``test_redis_forgets``: ``FLUSHALL`` and a restart without persistence under ``qlik-json`` and
@@ -40,6 +47,8 @@ Real processes on loopback: the test broker (Apache Kafka, or Tansu with
 Knobs: ``CDCNORM_FAULT_CHANGES`` (changes streamed through the crash tests; default and CI
 value 100000, about 2 minutes for the worker part on 2 cores), ``CDCNORM_FLEET_CHANGES``
 (changes of the fleet test, default and CI value 200000, produced over 80 s; 3.5 to 4.5 minutes
-in all on 2 cores), ``CDCNORM_FAULT_OUTAGE_S`` (outage length, default 30). Run
-``pytest tests/faults -s`` (or ``-rP``) to see what each test injected and counted.
+in all on 2 cores), ``CDCNORM_FAULT_OUTAGE_S`` (outage length, default 30),
+``CDCNORM_CLUSTER_RATE`` (changes per second of the cluster tests, default 200; each test about
+2.5 to 4 minutes on 2 busy cores). Run ``pytest tests/faults -s`` (or ``-rP``) to see what each
+test injected and counted.
 """
