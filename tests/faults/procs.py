@@ -11,6 +11,7 @@ import itertools
 import os
 import re
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -24,9 +25,11 @@ import orjson
 import yaml
 
 from service.local import create_topics, wait_for
+from service.local_kafka import KafkaCluster
 from tests.service.harness import ROOT, WorkerProcess
 
 __all__ = [
+    "DiskBatches",
     "MidStream",
     "SinkResult",
     "WorkerRun",
@@ -34,6 +37,7 @@ __all__ = [
     "committed_offsets",
     "create_configured_topics",
     "dead_letter_line",
+    "disk_batches",
     "kill_group",
     "kill_worker",
     "metric_total",
@@ -470,4 +474,47 @@ def warehouse_files(warehouse: Path) -> dict[str, tuple[int, int]]:
         versions = len(list(meta.glob("v*.metadata.json")))
         files = len(list((meta.parent / "data").glob("*.parquet")))
         out[name] = (versions, files)
+    return out
+
+
+_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")  # a v2 record batch's header, 61 bytes
+
+
+@dataclass
+class DiskBatches:
+    """The record batches of some partitions on every replica's disk."""
+
+    batches: int = 0
+    records: int = 0
+    not_idempotent: list[str] = field(default_factory=list)  # batches without a producer id or sequence
+    producer_ids: set[int] = field(default_factory=set)
+
+
+def disk_batches(cluster: KafkaCluster, topics: dict[str, int]) -> DiskBatches:
+    """Every record batch of ``topics`` (name -> partitions) in every node's log segments
+    (``<log.dirs>/<topic>-<partition>/*.log``), read from its header: an idempotent producer
+    writes a producer id and a base sequence (both -1 otherwise)."""
+    out = DiskBatches()
+    for node in cluster.nodes:
+        for topic, partitions in topics.items():
+            for p in range(partitions):
+                for segment in sorted((node.directory / "data" / f"{topic}-{p}").glob("*.log")):
+                    try:
+                        data = segment.read_bytes()
+                    except FileNotFoundError:  # deleted (retention, compaction) since the listing
+                        continue
+                    at = 0
+                    while at + _BATCH_HEADER.size <= len(data):
+                        (base, length, _epoch, magic, _crc, _attrs, _delta, _ts, _max_ts, pid, _pepoch, seq,
+                         records) = _BATCH_HEADER.unpack_from(data, at)
+                        if length <= 0 or at + 12 + length > len(data):
+                            break  # the end of what was written (or preallocated)
+                        out.batches += 1
+                        out.records += records
+                        if magic != 2 or pid < 0 or seq < 0:
+                            out.not_idempotent.append(
+                                f"node {node.node_id} {topic}[{p}]@{base}: magic={magic} producer_id={pid} sequence={seq}")
+                        else:
+                            out.producer_ids.add(pid)
+                        at += 12 + length
     return out

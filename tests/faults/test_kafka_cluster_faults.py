@@ -61,6 +61,7 @@ from service.local import wait_for
 from service.local_kafka import KafkaCluster, start_kafka
 from tests.faults.procs import (
     committed_offsets,
+    disk_batches,
     kill_group,
     read_warehouses,
     run_sink,
@@ -200,51 +201,6 @@ def leaders(cluster: KafkaCluster, topics: dict[str, int]) -> dict[int, int]:
     for node in by_partition.values():
         count[node] = count.get(node, 0) + 1
     return dict(sorted(count.items()))
-
-
-# -- what is on the brokers' disks --------------------------------------------------------------
-
-_BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")  # a v2 record batch's header, 61 bytes
-
-
-@dataclass
-class DiskBatches:
-    """The record batches of some partitions on every replica's disk."""
-
-    batches: int = 0
-    records: int = 0
-    not_idempotent: list[str] = field(default_factory=list)  # batches without a producer id or sequence
-    producer_ids: set[int] = field(default_factory=set)
-
-
-def disk_batches(cluster: KafkaCluster, topics: dict[str, int]) -> DiskBatches:
-    """Every record batch of ``topics`` (name -> partitions) in every node's log segments
-    (``<log.dirs>/<topic>-<partition>/*.log``), read from its header: an idempotent producer
-    writes a producer id and a base sequence (both -1 otherwise)."""
-    out = DiskBatches()
-    for node in cluster.nodes:
-        for topic, partitions in topics.items():
-            for p in range(partitions):
-                for segment in sorted((node.directory / "data" / f"{topic}-{p}").glob("*.log")):
-                    try:
-                        data = segment.read_bytes()
-                    except FileNotFoundError:  # deleted (retention, compaction) since the listing
-                        continue
-                    at = 0
-                    while at + _BATCH_HEADER.size <= len(data):
-                        (base, length, _epoch, magic, _crc, _attrs, _delta, _ts, _max_ts, pid, _pepoch, seq,
-                         records) = _BATCH_HEADER.unpack_from(data, at)
-                        if length <= 0 or at + 12 + length > len(data):
-                            break  # the end of what was written (or preallocated)
-                        out.batches += 1
-                        out.records += records
-                        if magic != 2 or pid < 0 or seq < 0:
-                            out.not_idempotent.append(
-                                f"node {node.node_id} {topic}[{p}]@{base}: magic={magic} producer_id={pid} sequence={seq}")
-                        else:
-                            out.producer_ids.add(pid)
-                        at += 12 + length
-    return out
 
 
 # -- the scenario --------------------------------------------------------------------------------
