@@ -221,7 +221,7 @@ def produce(bootstrap: str, topic: str, messages: Iterable[tuple[bytes, bytes]],
     def delivered(err: Any, msg: Any) -> None:
         if err is not None:
             failed.append(str(err))
-        else:
+        elif msg.offset() is not None:  # None: persisted by an earlier attempt (see SteadyProducer)
             ends[msg.partition()] = max(ends.get(msg.partition(), 0), msg.offset() + 1)
 
     for n, (key, value) in enumerate(messages, 1):
@@ -262,7 +262,10 @@ class SteadyProducer:
     key stays in one partition, in order), to ``topic`` or, when it is a sequence, to
     ``topic[i]`` for message ``i``; remembers the partition and offset of each message from its
     delivery report. ``conf`` adds librdkafka settings (e.g. ``enable.idempotence``, so that a
-    retry under a broker fault can neither duplicate nor reorder the source)."""
+    retry under a broker fault can neither duplicate nor reorder the source). An idempotent
+    producer reports a message whose retry the broker recognized as a duplicate (an earlier
+    attempt was written, its answer lost) as delivered without an offset: its offset is -1 here,
+    and :meth:`ends` does not know it (read the topic back to know where it ends)."""
 
     bootstrap: str
     topic: str | Sequence[str]
@@ -291,8 +294,8 @@ class SteadyProducer:
             def delivered(err: Any, msg: Any) -> None:
                 if err is not None:
                     self.failed.append(str(err))
-                else:
-                    self.placed[index] = (msg.partition(), msg.offset())
+                else:  # no offset: see the class
+                    self.placed[index] = (msg.partition(), -1 if msg.offset() is None else msg.offset())
 
             return delivered
 
@@ -332,7 +335,7 @@ class SteadyProducer:
         """Last delivered offset + 1 per partition (of ``topic``, when given)."""
         ends: dict[int, int] = {}
         for index, (partition, offset) in self.placed.items():
-            if topic is None or self.topic_of(index) == topic:
+            if offset >= 0 and (topic is None or self.topic_of(index) == topic):
                 ends[partition] = max(ends.get(partition, 0), offset + 1)
         return ends
 
