@@ -47,7 +47,7 @@ __all__ = [
     "broker_pids",
     "brokers_of",
     "interleaved",
-    "jit_cpu_seconds",
+    "jvm_cpu_seconds",
     "percentile",
     "process_cpu_seconds",
     "rss_bytes",
@@ -131,12 +131,19 @@ def broker_pids(broker: LocalBroker) -> list[int]:
     return [p.pid for p in procs if p is not None and p.poll() is None]
 
 
-def jit_cpu_seconds(pids: Iterable[int]) -> float:
-    """CPU seconds of the JIT compiler threads (HotSpot's ``C1``/``C2 CompilerThread``) of the
-    processes ``pids`` so far: the part of a JVM broker's CPU that is warming up, not serving.
-    Read from ``/proc`` (0 elsewhere, and for a process that is not a JVM)."""
+JIT_THREADS = ("C1 CompilerThre", "C2 CompilerThre")
+"""HotSpot's JIT compiler threads (``/proc`` shows thread names cut to 15 characters)."""
+GC_THREADS = ("G1 ", "GC Thread", "VM Thread")
+"""HotSpot's G1 collector threads, and the VM thread that runs its pauses."""
+
+
+def jvm_cpu_seconds(pids: Iterable[int]) -> tuple[float, float]:
+    """CPU seconds so far of the JIT compiler threads (:data:`JIT_THREADS`) and of the garbage
+    collector's (:data:`GC_THREADS`) of the processes ``pids``: the part of a JVM broker's CPU
+    that warms it up or collects its garbage rather than serving requests. Read from ``/proc``
+    ((0, 0) elsewhere, and for a process that is not a JVM)."""
     ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    total = 0
+    jit = gc = 0
     for pid in pids:
         try:
             tids = os.listdir(f"/proc/{pid}/task")
@@ -145,14 +152,19 @@ def jit_cpu_seconds(pids: Iterable[int]) -> float:
         for tid in tids:
             try:
                 name = Path(f"/proc/{pid}/task/{tid}/comm").read_text()
-                if not name.startswith(("C1 CompilerThre", "C2 CompilerThre")):
+                is_jit = name.startswith(JIT_THREADS)
+                if not is_jit and not name.startswith(GC_THREADS):
                     continue
                 stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
             except OSError:
                 continue
             fields = stat[stat.rindex(")") + 2:].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / ticks
+            used = int(fields[11]) + int(fields[12])  # utime, stime
+            if is_jit:
+                jit += used
+            else:
+                gc += used
+    return jit / ticks, gc / ticks
 
 
 def process_cpu_seconds(pids: Iterable[int]) -> float:

@@ -56,7 +56,7 @@ from bench.common import (
     bench_parser,
     broker_pids,
     brokers_of,
-    jit_cpu_seconds,
+    jvm_cpu_seconds,
     process_cpu_seconds,
     start_bench_broker,
     stop_bench_broker,
@@ -354,6 +354,7 @@ class BaselineResult:
     broker_cpu_seconds: float = 0.0
     machine_busy: float = 0.0
     broker_jit_seconds: float = 0.0  # the part of broker_cpu_seconds its JIT compiler threads took
+    broker_gc_seconds: float = 0.0  # and its garbage collector's threads
 
     @property
     def rate(self) -> float:
@@ -420,7 +421,8 @@ async def _baseline_loop(bootstrap: str, source: str, target: str, n: int, setti
     await producer.start()
     await consumer.start()
     seen = 0
-    t0 = cpu0 = broker0 = busy0 = jit0 = 0.0
+    t0 = cpu0 = broker0 = busy0 = 0.0
+    jvm0 = (0.0, 0.0)
     try:
         while seen < n:
             batches = await consumer.getmany(timeout_ms=1000, max_records=max_records)
@@ -428,7 +430,7 @@ async def _baseline_loop(bootstrap: str, source: str, target: str, n: int, setti
                 continue
             if not seen:
                 t0, cpu0 = time.perf_counter(), time.process_time()
-                broker0, busy0, jit0 = process_cpu_seconds(pids), machine_busy_seconds(), jit_cpu_seconds(pids)
+                broker0, busy0, jvm0 = process_cpu_seconds(pids), machine_busy_seconds(), jvm_cpu_seconds(pids)
             futures = []
             offsets = {}
             for tp, records in batches.items():
@@ -439,12 +441,12 @@ async def _baseline_loop(bootstrap: str, source: str, target: str, n: int, setti
             await asyncio.gather(*futures)
             await consumer.commit(offsets)
         t1, cpu1 = time.perf_counter(), time.process_time()
-        broker1, busy1, jit1 = process_cpu_seconds(pids), machine_busy_seconds(), jit_cpu_seconds(pids)
+        broker1, busy1, jvm1 = process_cpu_seconds(pids), machine_busy_seconds(), jvm_cpu_seconds(pids)
     finally:
         await consumer.stop()
         await producer.stop()
     return {"messages": seen, "seconds": t1 - t0, "cpu_seconds": cpu1 - cpu0, "broker_cpu_seconds": broker1 - broker0,
-            "broker_jit_seconds": jit1 - jit0, "machine_busy": (busy1 - busy0) / ((t1 - t0) * (os.cpu_count() or 1))}
+            "broker_jit_seconds": jvm1[0] - jvm0[0], "broker_gc_seconds": jvm1[1] - jvm0[1], "machine_busy": (busy1 - busy0) / ((t1 - t0) * (os.cpu_count() or 1))}
 
 
 def run_baseline(broker: Broker, source: str, n: int, worker: dict[str, Any] | None = None,
@@ -464,7 +466,7 @@ def run_baseline(broker: Broker, source: str, n: int, worker: dict[str, Any] | N
     data = json.loads(out.stdout.strip().splitlines()[-1])
     result = BaselineResult(int(data["messages"]), data["seconds"], data["cpu_seconds"],
                             broker_cpu_seconds=data["broker_cpu_seconds"], machine_busy=data["machine_busy"],
-                            broker_jit_seconds=data["broker_jit_seconds"])
+                            broker_jit_seconds=data["broker_jit_seconds"], broker_gc_seconds=data["broker_gc_seconds"])
     if verify:
         result.copied = count_records(bootstrap, [target], expect=n)[target]
     return result
@@ -516,6 +518,7 @@ class WorkerResult:
     duplicates: int = 0  # output records read more than once (replays after a rebalance)
     broker_cpu_seconds: float = 0.0  # the broker's processes' CPU meanwhile (when the bench started it)
     broker_jit_seconds: float = 0.0  # the part of it its JIT compiler threads took
+    broker_gc_seconds: float = 0.0  # and its garbage collector's threads
 
     @property
     def rate(self) -> float:
@@ -539,7 +542,7 @@ class Mark(NamedTuple):
     messages: float
     machine_busy: float
     broker_cpu: float = 0.0
-    broker_jit: float = 0.0
+    broker_jvm: tuple[float, float] = (0.0, 0.0)  # the broker's JIT and GC threads' CPU seconds
 
 
 def machine_busy_seconds() -> float:
@@ -659,15 +662,21 @@ class WorkerFleet:
     def mark(self) -> Mark:
         """A start point for :meth:`measure`: now, before any message is consumed."""
         return Mark(time.perf_counter(), self.cpu_seconds(), 0.0, machine_busy_seconds(),
-                    process_cpu_seconds(self.broker_pids), jit_cpu_seconds(self.broker_pids))
+                    process_cpu_seconds(self.broker_pids), jvm_cpu_seconds(self.broker_pids))
 
     def measure(self, n: int, timeout_s: float, poll_s: float = 0.05, rss_every_s: float = 0.0,
-                start: Mark | None = None) -> WorkerResult:
+                start: Mark | None = None, max_poll_s: float = 0.5) -> WorkerResult:
         """Poll until ``n`` messages were consumed and every output was acknowledged.
 
         Without ``start`` the clock starts at the first poll that sees a consumed message, and
         the rate is that of the messages consumed after it. A workload the workers consume
         entirely between two polls cannot be timed that way: that is an error, not a result.
+
+        Each poll is a ``/metrics`` scrape, served on the worker's event loop, which the bare
+        loop does not have to serve: once the workers are consuming, the polls are spaced to
+        half the time the rest should take at the rate so far (at most ``max_poll_s``, at least
+        ``poll_s``), so the end is still seen within ``poll_s`` and the workers answer a few
+        scrapes a second instead of twenty.
         """
         deadline = time.monotonic() + timeout_s
         first = start
@@ -699,9 +708,10 @@ class WorkerFleet:
                         "messages to time; run with more (--messages)"
                     )
                 first = Mark(now, cpu, seen, machine_busy_seconds(), process_cpu_seconds(self.broker_pids),
-                             jit_cpu_seconds(self.broker_pids))
+                             jvm_cpu_seconds(self.broker_pids))
             if seen >= n and m.get("cdcnorm_inflight_messages", 1.0) == 0:
                 assert first is not None
+                broker_cpu, jvm = process_cpu_seconds(self.broker_pids), jvm_cpu_seconds(self.broker_pids)
                 peak = max(peak, *self.rss())
                 return WorkerResult(
                     processes=len(self.procs),
@@ -714,10 +724,22 @@ class WorkerFleet:
                     peak_rss=peak,
                     rss_samples=samples,
                     normalize_seconds=m.get("cdcnorm_decode_seconds_sum", 0.0),
-                    broker_cpu_seconds=process_cpu_seconds(self.broker_pids) - first.broker_cpu,
-                    broker_jit_seconds=jit_cpu_seconds(self.broker_pids) - first.broker_jit,
+                    broker_cpu_seconds=broker_cpu - first.broker_cpu,
+                    broker_jit_seconds=jvm[0] - first.broker_jvm[0],
+                    broker_gc_seconds=jvm[1] - first.broker_jvm[1],
                 )
-            time.sleep(poll_s)
+            time.sleep(self._next_poll(n, seen, now, first, poll_s, rss_every_s or max_poll_s, max_poll_s))
+
+    @staticmethod
+    def _next_poll(n: int, seen: float, now: float, first: Mark | None, poll_s: float, rss_every_s: float,
+                   max_poll_s: float) -> float:
+        """Seconds to the next poll: ``poll_s`` until the first message and once all are consumed,
+        else half the time the remaining messages should take at the rate so far, within
+        ``[poll_s, min(max_poll_s, rss_every_s)]``."""
+        if first is None or seen >= n or now <= first.time or seen <= first.messages:
+            return poll_s
+        rate = (seen - first.messages) / (now - first.time)
+        return max(poll_s, min(max_poll_s, rss_every_s, (n - seen) / rate / 2))
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -825,10 +847,10 @@ class BrokerRun:
                  "baseline_cpu_us": round(b.cpu_per_message_us, 1), "worker_cpu_us": round(w.cpu_per_message_us, 1),
                  "broker_cpu_us_baseline": round(b.broker_cpu_per_message_us, 1),
                  "broker_cpu_us_worker": round(w.broker_cpu_per_message_us, 1),
-                 "broker_jit_share_baseline": round(b.broker_jit_seconds / b.broker_cpu_seconds, 3)
-                 if b.broker_cpu_seconds else None,
-                 "broker_jit_share_worker": round(w.broker_jit_seconds / w.broker_cpu_seconds, 3)
-                 if w.broker_cpu_seconds else None,
+                 "broker_jit_gc_us_baseline": [round(b.broker_jit_seconds / b.messages * 1e6, 1),
+                                               round(b.broker_gc_seconds / b.messages * 1e6, 1)],
+                 "broker_jit_gc_us_worker": [round(w.broker_jit_seconds / w.messages * 1e6, 1),
+                                             round(w.broker_gc_seconds / w.messages * 1e6, 1)],
                  "machine_busy_baseline": round(b.machine_busy, 3), "machine_busy_worker": round(w.machine_busy, 3)}
                 for b, w in zip(self.baselines, self.workers, strict=True)
             ],
@@ -836,10 +858,12 @@ class BrokerRun:
 
 
 def _jit(result: BaselineResult | WorkerResult) -> str:
-    """`` (x% JIT)``: the share of the broker's CPU its JIT compiler threads took, when there were any."""
-    if not result.broker_jit_seconds or not result.broker_cpu_seconds:
+    """`` (x% JIT, y% GC)``: the shares of the broker's CPU its JIT compiler and garbage collector
+    threads took, when it has any (a JVM)."""
+    if not (result.broker_jit_seconds or result.broker_gc_seconds) or not result.broker_cpu_seconds:
         return ""
-    return f" ({result.broker_jit_seconds / result.broker_cpu_seconds:.0%} JIT)"
+    cpu = result.broker_cpu_seconds
+    return f" ({result.broker_jit_seconds / cpu:.0%} JIT, {result.broker_gc_seconds / cpu:.0%} GC)"
 
 
 def measure_broker(kind: str, bootstrap: str | None, workload: CanalWorkload, workdir: Path, repeats: int,
