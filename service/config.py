@@ -325,7 +325,9 @@ class WorkerConfig(_Section):
         ge=64 * 1024,
         le=MAX_MESSAGE_BYTES_LIMIT,
         description="Largest output or dead-letter record (key + value + headers and their framing) the worker "
-        "produces; set it to the output and DLQ topics' max.message.bytes. A normalized record above it "
+        "produces, checked before producing (optional: the worker reads the topics' max.message.bytes from the "
+        "broker and the broker refuses a record above its topic's; set it to at most the smallest limit minus 61 "
+        "to refuse such records before any of their message is produced). A normalized record above it "
         "dead-letters its source message (service.dlq.RecordTooLargeError); a dead letter above it carries a "
         "prefix of the message. Default: the output producer's message.max.bytes.",
     )
