@@ -59,6 +59,7 @@ import pytest
 
 from service.local import wait_for
 from service.local_kafka import KafkaCluster, start_kafka
+from service.maven import LocalServiceError
 from tests.faults.procs import (
     committed_offsets,
     disk_batches,
@@ -187,7 +188,14 @@ def create_led_topics(cluster: KafkaCluster, leader: int, topics: dict[str, tupl
     for future in admin.create_topics(new, operation_timeout=30).values():
         future.result(30)
     cluster.wait_in_sync(list(topics), 60)
-    wait_for(lambda: set(cluster.leaders(topics).values()) == {leader}, 30, f"node {leader} leading {sorted(topics)}", 0.2)
+
+    def led() -> bool:
+        try:
+            return set(cluster.leaders(topics).values()) == {leader}
+        except LocalServiceError:  # a node whose metadata does not have the new topics yet
+            return False
+
+    wait_for(led, 30, f"node {leader} leading {sorted(topics)}", 0.2)
 
 
 def leaders(cluster: KafkaCluster, topics: dict[str, int]) -> dict[int, int]:
