@@ -164,11 +164,26 @@ def offsets_partitions(cluster: KafkaCluster) -> int:
     return len(admin.list_topics(OFFSETS_TOPIC, timeout=10).topics[OFFSETS_TOPIC].partitions)
 
 
+def offsets_leaders(cluster: KafkaCluster, partitions: int, timeout_s: float = 30.0) -> dict[int, int]:
+    """The leader of each ``__consumer_offsets`` partition (asked again while the node that
+    answers does not know the topic yet)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            found = cluster.leaders([OFFSETS_TOPIC])
+            return {p: found[(OFFSETS_TOPIC, p)] for p in range(partitions)}
+        except LocalServiceError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def group_led_by(cluster: KafkaCluster, node: int, base: str, partitions: int) -> str:
     """``base``, or ``base-<n>``: the first of those names whose group coordinator is ``node``."""
+    by_partition = offsets_leaders(cluster, partitions)
     for n in range(200):
         name = base if n == 0 else f"{base}-{n}"
-        if cluster.leader(OFFSETS_TOPIC, coordinator_partition(name, partitions)) == node:
+        if by_partition[coordinator_partition(name, partitions)] == node:
             return name
     raise AssertionError(f"node {node} leads no {OFFSETS_TOPIC} partition")
 
@@ -300,7 +315,7 @@ def run_scenario(cluster: KafkaCluster, redis_url: str, tmp_path: Path, fault: F
     # the victim: the coordinator of the worker's group; the sink's group is picked to share it
     offsets = offsets_partitions(cluster)
     group = f"{prefix}-group"
-    victim = cluster.leader(OFFSETS_TOPIC, coordinator_partition(group, offsets))
+    victim = offsets_leaders(cluster, offsets)[coordinator_partition(group, offsets)]
     sink_group = group_led_by(cluster, victim, f"{prefix}-sink", offsets)
     entries = [{"name": topic, "format": fmt, "complete_partial_images": fmt == QLIK} for fmt, topic in sources.items()]
     config = worker_config(bootstrap, redis_url, f"{prefix}:", prefix, entries, session_timeout_s=SESSION_TIMEOUT_S)
