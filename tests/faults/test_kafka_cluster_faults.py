@@ -13,11 +13,11 @@ idempotent producer).
 Each test is one fault, run by :func:`run_scenario`:
 
 * ``test_leader_sigkill_and_restart``: one node (the *victim*) is the preferred leader of every
-  partition being read and written (the source topics, the normalized topics, the DLQ and the
-  metadata log are created up front with an explicit replica assignment) and the group
-  coordinator of the worker's and the sink's consumer groups (their group ids are chosen so);
-  it is SIGKILLed mid-stream, stays down for :data:`DOWN_S`, and is started again with its
-  data on disk;
+  partition being read and written (the source topics, the normalized topics, the schema-change
+  topic, the DLQ and the metadata log are created up front with an explicit replica assignment)
+  and the group coordinator of the worker's and the sink's consumer groups (their group ids are
+  chosen so); it is SIGKILLed mid-stream, stays down for :data:`DOWN_S`, and is started again
+  with its data on disk;
 * ``test_rolling_restart``: every node in turn is stopped (SIGTERM, a controlled shutdown),
   started again and waited for until every partition is in sync, as an operator's rolling
   restart does;
@@ -321,14 +321,15 @@ def run_scenario(cluster: KafkaCluster, redis_url: str, tmp_path: Path, fault: F
     config = worker_config(bootstrap, redis_url, f"{prefix}:", prefix, entries, session_timeout_s=SESSION_TIMEOUT_S)
     assert config["worker"]["app_id"] == group
     metadata_topic = f"{group}.metadata"
+    # written too: the schema-change topic (<prefix>: the Qlik metadata messages' events)
     led = {**dict.fromkeys(sources.values(), PARTITIONS), **dict.fromkeys(outputs, PARTITIONS), dlq: 1,
-           metadata_topic: 1}
+           metadata_topic: 1, prefix: PARTITIONS}
     create_led_topics(cluster, victim, {
         **{t: (n, {}) for t, n in led.items() if t != metadata_topic},
         metadata_topic: (1, {"cleanup.policy": "compact"}),
     })
     print(f"\n[{label}] node {victim} leads all {sum(led.values())} partitions of {len(led)} topics "
-          f"(3 sources, {len(outputs)} normalized, DLQ, metadata log) and coordinates the groups {group} "
+          f"(3 sources, {len(outputs)} normalized, schema changes, DLQ, metadata log) and coordinates the groups {group} "
           f"and {sink_group} ({OFFSETS_TOPIC}[{coordinator_partition(group, offsets)}] and "
           f"[{coordinator_partition(sink_group, offsets)}]); replication factor 3, min.insync.replicas 2")
 
