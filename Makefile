@@ -31,7 +31,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	scripts/audit
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=40
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not integration"
