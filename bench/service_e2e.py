@@ -343,19 +343,14 @@ def count_records(bootstrap: str, topics: Sequence[str], idle_s: float = 2.0, ti
 # ----------------------------------------------------------------------------- baseline
 
 
-@dataclass
-class BaselineResult:
-    """The bare aiokafka loop: messages moved, wall seconds, process CPU seconds, and the broker's
-    CPU seconds and the machine's busy share over the same interval."""
+class PerMessage:
+    """The per-message figures of a measured interval (the bare loop's or the workers')."""
 
     messages: int
     seconds: float
     cpu_seconds: float
-    copied: int = 0
-    broker_cpu_seconds: float = 0.0
-    machine_busy: float = 0.0
-    broker_jit_seconds: float = 0.0  # the part of broker_cpu_seconds its JIT compiler threads took
-    broker_gc_seconds: float = 0.0  # and its garbage collector's threads
+    broker_cpu_seconds: float
+    broker_jit_seconds: float
 
     @property
     def rate(self) -> float:
@@ -373,6 +368,21 @@ class BaselineResult:
     def broker_serving_us(self) -> float:
         """The broker's CPU per message but its JIT compiler's (warming up is not serving)."""
         return (self.broker_cpu_seconds - self.broker_jit_seconds) / self.messages * 1e6
+
+
+@dataclass
+class BaselineResult(PerMessage):
+    """The bare aiokafka loop: messages moved, wall seconds, process CPU seconds, and the broker's
+    CPU seconds and the machine's busy share over the same interval."""
+
+    messages: int
+    seconds: float
+    cpu_seconds: float
+    copied: int = 0
+    broker_cpu_seconds: float = 0.0
+    machine_busy: float = 0.0
+    broker_jit_seconds: float = 0.0  # the part of broker_cpu_seconds its JIT compiler threads took
+    broker_gc_seconds: float = 0.0  # and its garbage collector's threads
 
 
 FETCH_PARTITION_BYTES = 1024 * 1024
@@ -507,7 +517,7 @@ def _metrics(port: int) -> dict[str, float]:
 
 
 @dataclass
-class WorkerResult:
+class WorkerResult(PerMessage):
     """What the worker processes did: messages, records, wall and CPU seconds, peak RSS."""
 
     processes: int
@@ -525,23 +535,6 @@ class WorkerResult:
     broker_cpu_seconds: float = 0.0  # the broker's processes' CPU meanwhile (when the bench started it)
     broker_jit_seconds: float = 0.0  # the part of it its JIT compiler threads took
     broker_gc_seconds: float = 0.0  # and its garbage collector's threads
-
-    @property
-    def rate(self) -> float:
-        return self.messages / self.seconds
-
-    @property
-    def cpu_per_message_us(self) -> float:
-        return self.cpu_seconds / self.messages * 1e6
-
-    @property
-    def broker_cpu_per_message_us(self) -> float:
-        return self.broker_cpu_seconds / self.messages * 1e6
-
-    @property
-    def broker_serving_us(self) -> float:
-        """The broker's CPU per message but its JIT compiler's (warming up is not serving)."""
-        return (self.broker_cpu_seconds - self.broker_jit_seconds) / self.messages * 1e6
 
 
 class Mark(NamedTuple):
