@@ -344,7 +344,8 @@ def decode_value(col: Column, raw: Any) -> Any:
         for member in col.fields:
             if not member.optional and raw.get(member.name) is None:
                 raise CoercionError(f"member {member.name!r} is required, found null")
-        return {k: decode_value(by_name[k], v) if k in by_name else v for k, v in raw.items()}
+        # JsonConverter reads a struct by its schema's fields: a member it does not declare is dropped
+        return {k: decode_value(by_name[k], v) for k, v in raw.items() if k in by_name}
     if col.type is ConnectType.ARRAY and col.items is not None:
         if not isinstance(raw, list):
             raise CoercionError(f"expected an array, found {raw!r}")
@@ -363,12 +364,9 @@ def decode_value(col: Column, raw: Any) -> Any:
 def decode_row(columns: tuple[Column, ...], row: Mapping[str, Any], where: str) -> dict[str, Any]:
     """A row image typed by ``columns``; a declared column absent from ``row`` is UNAVAILABLE.
 
-    A field of ``row`` that ``columns`` does not declare is an error.
+    A field of ``row`` that ``columns`` does not declare is ignored, as ``JsonConverter`` ignores
+    it (it reads a struct by its schema's fields).
     """
-    known = {c.name for c in columns}
-    for name in row:
-        if name not in known:
-            raise FieldError(f"{where}.{name}", "field is not declared in the schema")
     out: dict[str, Any] = {}
     for col in columns:
         if col.name not in row:
@@ -460,12 +458,7 @@ class RowLayout:
         return value
 
     def decode(self, row: Mapping[str, Any], where: str) -> dict[str, Any]:
-        """``decode_row(self.columns, row, where)``."""
-        names = self.names
-        if not names.issuperset(row):
-            for name in row:
-                if name not in names:
-                    raise FieldError(f"{where}.{name}", "field is not declared in the schema")
+        """``decode_row(self.columns, row, where)``: a field the columns do not declare is ignored."""
         return self._plan.typed(row, where, None, _decode_cell)
 
 
@@ -764,7 +757,8 @@ def parse_json_key(
 
     ``None`` for no key, a ``null`` key, or a key that is not an object of columns.
     A MongoDB key ``{"id": "<extended JSON>"}`` names the ``_id`` column. ``declared_columns``
-    reads the key's schema (:func:`key_columns`, or a cached equivalent).
+    reads the key's schema (:func:`key_columns`, or a cached equivalent); with a struct schema, a
+    payload member that the schema does not declare is ignored, as ``JsonConverter`` ignores it.
     """
     if raw is None or not raw.strip():
         return None
@@ -778,6 +772,10 @@ def parse_json_key(
     if not isinstance(doc, dict) or not doc:
         return None
     declared = declared_columns(schema)
+    if declared and not declared.keys() >= doc.keys():
+        doc = {name: value for name, value in doc.items() if name in declared}
+        if not doc:
+            return None
     if mongodb_hint and set(doc) == {"id"} and isinstance(doc["id"], str):
         try:
             value = from_extended_json(limits.loads(doc["id"], "key.id"))
@@ -926,19 +924,25 @@ _JSON_INT_RANGES = {
 }
 
 
-def check_json_value(col: Column, value: Any, where: str) -> None:
-    """Raise FieldError unless ``value`` is JSON that ``JsonConverter`` reads as ``col`` and writes
-    back unchanged (a Debezium source block or envelope field kept as it came).
+def check_json_value(col: Column, value: Any, where: str) -> Any:
+    """``value`` as ``JsonConverter`` reads it as ``col`` and writes it back (a Debezium source
+    block or envelope field kept as it came); raises FieldError unless it is JSON of ``col``'s type.
+
+    ``JsonConverter`` reads a struct by its schema's fields, so a member that the schema does not
+    declare is dropped (at any depth), and the value is returned without it; otherwise ``value``
+    itself is returned.
 
     >>> check_json_value(Column("pos", ConnectType.INT64), "154", "source.pos")
     Traceback (most recent call last):
     ...
     transforms.decoders.connect_json.FieldError: source.pos: expected int64, found str
+    >>> check_json_value(Column("s", ConnectType.STRUCT, fields=(Column("a", ConnectType.INT32),)), {"a": 1, "b": 2}, "s")
+    {'a': 1}
     """
     if value is None:
         if not col.optional:
             raise FieldError(where, "null in a required field")
-        return
+        return value
     kind = col.type
     top = _JSON_INT_RANGES.get(kind)
     if top is not None:
@@ -954,16 +958,18 @@ def check_json_value(col: Column, value: Any, where: str) -> None:
     elif kind is ConnectType.ARRAY:
         ok = type(value) is list
         if ok and col.items is not None:
-            for i, item in enumerate(value):
-                check_json_value(col.items, item, f"{where}[{i}]")
+            items = [check_json_value(col.items, item, f"{where}[{i}]") for i, item in enumerate(value)]
+            if any(new is not old for new, old in zip(items, value, strict=True)):
+                value = items
     elif kind is ConnectType.STRUCT:
         ok = type(value) is dict
         if ok:
-            check_json_struct(col.fields, value, where)
+            value = check_json_struct(col.fields, value, where)
     else:  # a map
         ok = type(value) is dict
     if not ok:
         raise FieldError(where, f"expected {kind.value}, found {type_name(value)}")
+    return value
 
 
 def canonical_field_schema(schema: Any, where: str) -> dict[str, Any]:
@@ -983,21 +989,27 @@ def canonical_field_schema(schema: Any, where: str) -> dict[str, Any]:
     if type(version) is int:
         out["version"] = version
     if "default" in schema:
-        check_json_value(col, schema["default"], f"{where}.default")
-        out["default"] = schema["default"]
+        out["default"] = check_json_value(col, schema["default"], f"{where}.default")
     return schema if out == schema else out
 
 
-def check_json_struct(fields: tuple[Column, ...], value: Mapping[str, Any], where: str) -> None:
-    """:func:`check_json_value` for each field of a struct; a member the schema does not declare
-    would be dropped by ``JsonConverter``, so it is an error too."""
-    names = set()
+def check_json_struct(fields: tuple[Column, ...], value: dict[str, Any], where: str) -> dict[str, Any]:
+    """:func:`check_json_value` for each field of a struct: ``value`` as ``JsonConverter`` reads
+    it back. A member the schema does not declare is dropped, as ``JsonConverter`` drops it (it
+    looks each declared field up in the JSON object and ignores the rest); ``value`` itself when
+    nothing changed."""
+    out: dict[str, Any] = {}
+    changed = False
     for col in fields:
-        names.add(col.name)
-        check_json_value(col, value.get(col.name), f"{where}.{col.name}")
-    for name in value:
-        if name not in names:
-            raise FieldError(f"{where}.{name}", "a field its schema does not declare")
+        name = col.name
+        member = value.get(name)
+        checked = check_json_value(col, member, f"{where}.{name}")
+        if name in value:
+            out[name] = checked
+            changed = changed or checked is not member
+    if changed or len(out) != len(value):
+        return {name: out[name] for name in value if name in out}  # the members it came with, in its order
+    return value
 
 
 def topic_namespace(connector: Any, db: str | None, schema: str | None) -> str | None:
@@ -1233,11 +1245,11 @@ class ConnectEnvelopeReader:
             source = {name: source_field_value(value) for name, value in source.items()}
         else:  # written back as it came, so it must be what its schema says
             members = self.struct_columns(layout.source_schema, "schema.source")
-            check_json_struct(members, source, "source")
+            source = check_json_struct(members, source, "source")  # without undeclared fields
             if len(source) != len(members):  # a missing optional field: JsonConverter writes it as null
                 source = {c.name: source.get(c.name) for c in members}
             for col, field in zip(self._extra_columns(layout), layout.extra_fields, strict=True):
-                check_json_value(col, extras[field["field"]], field["field"])
+                extras[field["field"]] = check_json_value(col, extras[field["field"]], field["field"])
             # JsonConverter writes a field's default for null: a null there is not what it reads back
             for fields, values, where in (
                 (layout.source_schema.get("fields", ()), source, "source."),
@@ -1250,6 +1262,7 @@ class ConnectEnvelopeReader:
                 column = self.struct_columns(
                     {"type": "struct", "fields": [layout.transaction_schema]}, "schema"
                 )[0]
+                # checked only: the block is written from its modeled fields (undeclared ones drop)
                 check_json_value(column, payload.get("transaction"), "transaction")
         return NativeSource(layout, source, extras)
 
