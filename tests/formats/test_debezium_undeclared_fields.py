@@ -12,10 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 
 from tests.goldens import DATA
 from transforms.decoders import Message, create_decoder
 from transforms.envelope import ChangeEvent, EmitOptions
+from transforms.errors import DecodeError
 from transforms.pipeline import Pipeline
 
 GOLDEN = DATA / "debezium-json" / "debezium-1x-mysql-undeclared-source-sequence.txt"
@@ -112,3 +114,48 @@ def test_undeclared_key_member_is_ignored() -> None:
     (event,) = decoder.decode(Message(value=orjson.dumps(doc), key=orjson.dumps(key), topic="t"))
     assert isinstance(event, ChangeEvent)
     assert event.table.key == ("id",)
+
+
+def test_a_source_schema_without_a_connectors_fields_gives_cdcnorms_own_source_block() -> None:
+    # read as JsonConverter reads it, the block holds only db and table: not a connector's own
+    doc = golden_messages()[0]
+    keep = ("db", "table")
+    schema = {
+        **doc["schema"],
+        "fields": [
+            {**f, "fields": [m for m in f["fields"] if m["field"] in keep]} if f["field"] == "source" else f
+            for f in doc["schema"]["fields"]
+        ],
+    }
+    decoder = create_decoder("debezium-json")
+    (event,) = decoder.decode(Message(value=orjson.dumps({"schema": schema, "payload": doc["payload"]}), topic="t"))
+    assert isinstance(event, ChangeEvent) and event.source.native is None
+    (value,) = process({"schema": schema, "payload": doc["payload"]})
+    assert value["payload"]["source"]["connector"] == "debezium-json"
+
+
+def test_a_nameless_or_twice_declared_field_is_a_schema_error() -> None:
+    doc = golden_messages()[0]
+    for fields in ([{"type": "string", "optional": True, "field": ""}], [{"type": "string", "optional": True,
+                                                                          "field": "id"}]):
+        schema = {
+            **doc["schema"],
+            "fields": [
+                {**f, "fields": [*f["fields"], *fields]} if f["field"] == "transaction" else f
+                for f in doc["schema"]["fields"]
+            ],
+        }
+        with pytest.raises(DecodeError) as info:
+            process({"schema": schema, "payload": doc["payload"]})
+        assert info.value.field == "schema.transaction.fields"
+
+
+def test_a_null_default_is_written_back_as_no_default() -> None:
+    # JsonConverter reads "default": null as no default, and writes none back
+    doc = golden_messages()[0]
+    source = next(f for f in doc["schema"]["fields"] if f["field"] == "source")
+    snapshot = next(m for m in source["fields"] if m["field"] == "snapshot")
+    snapshot["default"] = None
+    (value,) = process(doc)
+    source_out = next(f for f in value["schema"]["fields"] if f["field"] == "source")
+    assert "default" not in next(m for m in source_out["fields"] if m["field"] == "snapshot")

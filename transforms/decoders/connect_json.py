@@ -199,7 +199,10 @@ def _check_decimal_params(raw_params: Mapping[str, Any], where: str) -> None:
 
 
 def struct_field_schemas(schema: Any, where: str = "schema") -> dict[str, dict[str, Any]]:
-    """The field schemas of a Connect struct schema, by field name."""
+    """The field schemas of a Connect struct schema, by field name.
+
+    A field without a name, or a name declared twice, is an error, as ``JsonConverter`` refuses
+    them (Connect's ``SchemaBuilder.field``)."""
     if not isinstance(schema, dict):
         raise FieldError(where, f"expected a Connect schema object, found {type_name(schema)}")
     fields = schema.get("fields", [])
@@ -209,7 +212,12 @@ def struct_field_schemas(schema: Any, where: str = "schema") -> dict[str, dict[s
     for i, f in enumerate(fields):
         if not isinstance(f, dict) or not isinstance(f.get("field"), str):
             raise FieldError(f"{where}.fields[{i}]", "expected an object with a string 'field'")
-        out[f["field"]] = f
+        name = f["field"]
+        if not name:
+            raise FieldError(f"{where}.fields", "a field without a name")
+        if name in out:
+            raise FieldError(f"{where}.fields", "a field name is declared twice")
+        out[name] = f
     return out
 
 
@@ -989,7 +997,9 @@ def canonical_field_schema(schema: Any, where: str) -> dict[str, Any]:
     if type(version) is int:
         out["version"] = version
     if "default" in schema:
-        out["default"] = check_json_value(col, schema["default"], f"{where}.default")
+        default = check_json_value(col, schema["default"], f"{where}.default")
+        if default is not None:  # a null default is no default to JsonConverter: it writes none back
+            out["default"] = default
     return schema if out == schema else out
 
 
@@ -1223,8 +1233,10 @@ class ConnectEnvelopeReader:
 
     def _native_source(
         self, payload: Mapping[str, Any], source: dict[str, Any], declared: _EnvelopeSchema
-    ) -> NativeSource:
-        """The Debezium record's own source block and extra envelope fields (kept as they came)."""
+    ) -> NativeSource | None:
+        """The Debezium record's own source block and extra envelope fields (kept as they came);
+        ``None`` when its schema does not declare the fields of a connector's source block (the
+        record then gets cdcnorm's own, as a Debezium-like producer's does)."""
         layout = declared.native
         if layout is None:  # no schema: the payload's own fields and order, typed by their values
             if not all(payload):
@@ -1246,6 +1258,8 @@ class ConnectEnvelopeReader:
         else:  # written back as it came, so it must be what its schema says
             members = self.struct_columns(layout.source_schema, "schema.source")
             source = check_json_struct(members, source, "source")  # without undeclared fields
+            if not _is_native_source(source):  # as JsonConverter reads it, not a connector's block
+                return None
             if len(source) != len(members):  # a missing optional field: JsonConverter writes it as null
                 source = {c.name: source.get(c.name) for c in members}
             for col, field in zip(self._extra_columns(layout), layout.extra_fields, strict=True):
@@ -1473,9 +1487,10 @@ class ConnectEnvelopeReader:
             raise FieldError("after", "op 'u' needs an 'after' image")
         info = self._source_info(source, declared.source, extra_source)
         namespace = None
-        if self.native and _NATIVE_SOURCE_FIELDS.issubset(source) and ("table" in source or "collection" in source):
+        if self.native and _is_native_source(source):
             info.native = self._native_source(payload, source, declared)
-            namespace = self._topic_namespace(declared, source, db, db_schema, table_name or "")
+            if info.native is not None:
+                namespace = self._topic_namespace(declared, source, db, db_schema, table_name or "")
         ts_raw = payload.get("ts_ms")
         ts_ms = _int(ts_raw)
         if ts_raw is not None and ts_ms is None:
@@ -1490,6 +1505,11 @@ class ConnectEnvelopeReader:
             transaction=self.transaction(payload.get("transaction")),
             ts_ms=ts_ms,
         )
+
+
+def _is_native_source(source: Mapping[str, Any]) -> bool:
+    """Whether a source block is a Debezium connector's own (see :data:`_NATIVE_SOURCE_FIELDS`)."""
+    return _NATIVE_SOURCE_FIELDS.issubset(source) and ("table" in source or "collection" in source)
 
 
 def _row_of_key(key: EnvelopeKey, values: Mapping[str, Any], layout: RowLayout) -> dict[str, Any]:
