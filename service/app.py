@@ -90,6 +90,7 @@ __all__ = [
     "BatchRefusedError",
     "EntryRuntime",
     "FatalMessageError",
+    "Letter",
     "Normalizer",
     "Outcome",
     "ServicePipeline",
@@ -222,13 +223,27 @@ class EntryRuntime:
         return self.entry.format
 
 
+Letter = tuple[str, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]
+"""A dead letter as the output appends it: (topic, key, value, headers)."""
+
+
 @dataclass(slots=True)
 class Outcome:
-    """What one source message turned into: records, or a dead letter (also a record)."""
+    """What one source message turned into: records, or a dead letter (also a record).
+
+    A multi-row message whose rows partly fail to decode has the records of the rows that
+    decoded and ``row_letters``: one dead letter per bad row (the whole message, with the row's
+    index); ``dlq`` is the dead letter of a message that failed as a whole."""
 
     records: list[OutRecord]
-    dlq: tuple[str, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]] | None = None
+    dlq: Letter | None = None
     error_class: str | None = None
+    row_letters: tuple[Letter, ...] = ()
+
+    @property
+    def letters(self) -> tuple[Letter, ...]:
+        """Every dead letter of the message: the whole message's, or its rows'."""
+        return self.row_letters if self.dlq is None else (self.dlq, *self.row_letters)
 
 
 @dataclass
@@ -347,19 +362,28 @@ class Normalizer:
             size = message_bytes(message)
             if size > worker.max_message_bytes:
                 raise OversizedMessageError(size, worker.max_message_bytes)
-            records = runtime.pipeline.process(message)
+            processed = runtime.pipeline.process_rows(message)
+            records = processed.records
             if runtime.converter is not None:  # serialized here: a record it cannot write is a dead letter
                 records = runtime.converter.convert(records)
         except StateStoreError:
             raise
         except Exception as exc:
             return self.refuse(message, runtime, exc)
+        if processed.row_errors:  # a bad value loses only its own row: one dead letter per bad row
+            letters = tuple(self._letter(message, runtime, exc) for exc in processed.row_errors)
+            return Outcome(records, row_letters=letters)
         return Outcome(records)
 
     def refuse(self, message: Message, runtime: EntryRuntime, exc: Exception) -> Outcome:
         """The outcome of ``message`` failed with ``exc`` after :meth:`process` (e.g. a
         :class:`RecordTooLargeError`): its dead letter, or :class:`FatalMessageError` under
         ``errors: fail``."""
+        return Outcome([], self._letter(message, runtime, exc), type(exc).__name__)
+
+    def _letter(self, message: Message, runtime: EntryRuntime, exc: Exception) -> Letter:
+        """The dead letter of ``message`` for ``exc`` (of the whole message, or of one row when
+        ``exc.row`` is set), counted and logged; :class:`FatalMessageError` under ``errors: fail``."""
         fmt = runtime.format_id
         worker = self.config.worker
         if runtime.entry.errors is ErrorPolicy.FAIL:
@@ -388,22 +412,24 @@ class Normalizer:
                 )
         self.metrics.dlq.labels(message.topic, fmt, type(exc).__name__).inc()
         error_class, field_name = type(exc).__name__, getattr(exc, "field", None)
+        row = getattr(exc, "row", None)
         if runtime.entry.log_errors:
             log.warning(
-                "dead-letter topic=%s partition=%s offset=%s format=%s error_class=%s field=%s dlq=%s",
+                "dead-letter topic=%s partition=%s offset=%s format=%s error_class=%s field=%s row=%s dlq=%s",
                 message.topic,
                 message.partition,
                 message.offset,
                 fmt,
                 error_class,
                 field_name,
+                row,
                 runtime.dlq_topic,
                 extra={"topic": message.topic, "partition": message.partition, "offset": message.offset,
-                       "format": fmt, "error_class": error_class, "field": field_name,
+                       "format": fmt, "error_class": error_class, "field": field_name, "row": row,
                        "dlq_topic": runtime.dlq_topic},
             )
         log.debug("dead-letter detail: %s", exc)
-        return Outcome([], (letter.topic, letter.key, letter.value, letter.headers), type(exc).__name__)
+        return letter.topic, letter.key, letter.value, letter.headers
 
     def letter_cap(self, dlq_topic: str) -> int:
         """The largest dead letter for ``dlq_topic`` (:func:`service.dlq.letter_bytes`): the output's
@@ -618,6 +644,8 @@ class BatchProcessor:
                     part.sources.append(message)
                     if outcome.dlq is not None:
                         append(*outcome.dlq)
+                    for letter in outcome.row_letters:  # the bad rows of a message whose other rows follow
+                        append(*letter)
                     for record in encoded:  # type: ignore[union-attr]
                         append(*record)
                     out += len(outcome.records)

@@ -156,6 +156,8 @@ def transform(
 
     Binary formats (dts-avro, qlik-avro) take one base64 message per line. A line that fails
     prints a JSON error on stderr and processing goes on; the exit code is 2 if any line failed.
+    A bad row of a multi-row message (Canal's data[]) fails alone, as in the worker: the line's
+    other rows are printed, and the error names the row ({"line", "row", "error", ...}).
     With --key-lines each message is two lines, its key and then its value, as `cdcnorm tail`
     and Kafka tools print them; a Debezium key names the key columns of a table.
     """
@@ -218,14 +220,18 @@ def transform(
                 continue  # a tombstone: the emitter writes its own after each delete
             try:
                 payload = _b64line(line, number) if binary else line
-                records = pipeline.process(Message(value=payload, key=key, topic=topic, offset=number - 1))
+                processed = pipeline.process_rows(Message(value=payload, key=key, topic=topic, offset=number - 1))
             except Exception as exc:  # as the worker: any failure of a message is that message's
                 failed += 1
                 err.write(
                     orjson.dumps({"line": number, "error": str(exc), "error_class": type(exc).__name__}) + b"\n"
                 )
                 continue
-            for record in records:
+            for row_error in processed.row_errors:  # as the worker: a bad row loses only itself
+                failed += 1
+                err.write(orjson.dumps({"line": number, "row": row_error.row, "error": str(row_error),
+                                        "error_class": type(row_error).__name__}) + b"\n")
+            for record in processed.records:
                 out.write(orjson.dumps({"topic": output_topic(record.topic), "key": record.key, "value": record.value})
                           + b"\n")
     out.flush()

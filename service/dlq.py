@@ -29,6 +29,12 @@ Kafka Connect's ``DeadLetterQueueReporter`` adds, in its order and value formats
 ``__cdcnorm.format``                      the entry's format id
 ========================================  =====================================================
 
+A bad row of a multi-row message (Canal's ``data[]``, the lines of an Arcion CSV file) is
+dead-lettered alone, while the message's other rows are emitted: its dead letter is the whole
+original message, with ``__cdcnorm.row.index`` (the row's 0-based index in the message) after
+the other headers, always (``dlq_context_headers: false`` included: it tells the dead letters of
+one message apart). One message can so have several dead letters, one per bad row.
+
 A message larger than ``worker.max_message_bytes`` is not normalized, and its dead letter cannot
 carry it: :func:`oversized_dead_letter` writes a bounded prefix, the sizes and sha256 of the key
 and value (``__cdcnorm.oversized.*``) and always the context headers (stage ``KAFKA_CONSUME``),
@@ -70,6 +76,7 @@ __all__ = [
     "FORMAT_HEADER",
     "OVERSIZED_BYTES",
     "OVERSIZED_HEADERS",
+    "ROW_INDEX",
     "DeadLetter",
     "OversizedMessageError",
     "RecordTooLargeError",
@@ -93,6 +100,8 @@ ERROR_CLASS = "__connect.errors.exception.class.name"
 ERROR_MESSAGE = "__connect.errors.exception.message"
 ERROR_STACKTRACE = "__connect.errors.exception.stacktrace"
 FORMAT_HEADER = "__cdcnorm.format"
+ROW_INDEX = "__cdcnorm.row.index"
+"""The 0-based index of the failed row in its message (the dead letter of one bad row)."""
 # in the order DeadLetterQueueReporter.populateContextHeaders adds them
 CONTEXT_HEADERS = (
     ERROR_TOPIC,
@@ -239,10 +248,18 @@ def dead_letter(
     ``connector`` is ``worker.app_id``; ``task`` defaults to :func:`task_id` of it. Without
     ``context_headers`` the dead letter is the original record exactly (no ``__connect.errors.*``
     nor ``__cdcnorm.format`` header), as Connect writes it by default. ``brief`` leaves the stack
-    trace empty and cuts the exception message to its first 500 characters.
+    trace empty and cuts the exception message to its first 500 characters. A failure of one row
+    (a DecodeError whose ``row`` is set) adds :data:`ROW_INDEX` last, with or without context.
+
+    >>> from transforms.errors import DecodeError
+    >>> bad = DecodeError("canal-json", "data[7].id", "expected an integer, found 'A101'", row=7)
+    >>> dead_letter(Message(b"v", topic="t"), bad, "dlq", "canal-json", "w", context_headers=False).headers
+    (('__cdcnorm.row.index', b'7'),)
     """
+    row = getattr(exc, "row", None)
+    rows: tuple[tuple[str, bytes], ...] = ((ROW_INDEX, str(row).encode()),) if type(row) is int else ()
     if not context_headers:
-        return DeadLetter(dlq_topic, message.key, message.value, tuple(message.headers))
+        return DeadLetter(dlq_topic, message.key, message.value, (*message.headers, *rows))
     cls = type(exc)
     stage, executing = failure_stage(exc)
     trace = "" if brief else "".join(traceback.format_exception(exc))[-_MAX_TRACE:]
@@ -258,6 +275,7 @@ def dead_letter(
         (ERROR_MESSAGE, str(exc)[:_BRIEF_MESSAGE if brief else _MAX_MESSAGE].encode("utf-8", "replace")),
         (ERROR_STACKTRACE, trace.encode("utf-8", "replace")),
         (FORMAT_HEADER, format_id.encode()),
+        *rows,
     )
     return DeadLetter(dlq_topic, message.key, message.value, (*message.headers, *context))
 

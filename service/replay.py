@@ -8,6 +8,12 @@ emitter, with the worker's Redis state), under its original topic, partition and
 
 * **It succeeds**: its records are produced to their output topics, as the worker produces them
   (keyed, murmur2-partitioned, idempotent producer with ``acks=all``).
+* **A row of it still fails** (a dead letter of one bad row of a multi-row message, whose other
+  rows were emitted when it was dead-lettered): nothing of it is produced, and it goes back to a
+  DLQ as the dead letter of its own row (or of the first row that fails, once its own decodes).
+  A replay re-emits the whole message once every row of it decodes: the rows the worker wrote
+  before are written again, with the same keys, and the sink's upsert by key absorbs them (as
+  it absorbs a message replayed twice, once per dead letter of its bad rows).
 * **It still fails**, or cannot be replayed (no ``__connect.errors.topic`` header, or no entry
   of the config handles its topic): it goes back to a DLQ, never lost. A failure goes to its
   entry's ``dlq_topic`` as a fresh dead letter (the new error, the original source coordinates);
@@ -45,6 +51,7 @@ from service.dlq import (
     ERROR_PARTITION,
     ERROR_TOPIC,
     OVERSIZED_BYTES,
+    ROW_INDEX,
 )
 from service.tail import CLIENT_LOGGER
 from transforms.decoders import Message
@@ -290,6 +297,10 @@ class _Replayer:
             dlq = (letter.topic, letter.key, letter.value, letter.headers)
         else:
             dlq = outcome.dlq
+            if dlq is None and outcome.row_letters:  # not whole yet: its own row's letter goes back
+                own = _header(headers, ROW_INDEX)
+                dlq = next((row for row in outcome.row_letters if _header(dict(row[3]), ROW_INDEX) == own),
+                           outcome.row_letters[0])
         if dlq is None:
             topics = Counter(self.normalizer.output_topic(r.topic) for r in outcome.records)
             result = ReplayResult(where, source, "would-replay" if self.dry_run else "replayed",

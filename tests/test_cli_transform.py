@@ -47,6 +47,18 @@ def test_bad_lines_go_to_stderr_and_processing_goes_on() -> None:
     assert len(proc.stdout.splitlines()) == 2  # the good line's delete + tombstone
 
 
+def test_a_bad_row_fails_alone_as_in_the_worker() -> None:
+    doc = orjson.loads((ROOT / "tests/data/canal-json/flink-canal-data.txt").read_bytes().splitlines()[0])
+    doc["data"][7]["id"] = "A101"  # 9 rows, id typed INTEGER
+    proc = _run("transform", "--format", "canal-json", "-", stdin=orjson.dumps(doc) + b"\n")
+    assert proc.returncode == 2
+    errors = [orjson.loads(x) for x in proc.stderr.splitlines() if x.startswith(b'{"line"')]
+    assert [(e["line"], e["row"], e["error_class"]) for e in errors] == [(1, 7, "DecodeError")]
+    assert "data[7].id" in errors[0]["error"]
+    records = [orjson.loads(x) for x in proc.stdout.splitlines()]
+    assert [r["key"]["payload"]["id"] for r in records] == [101, 102, 103, 104, 105, 106, 107, 109]
+
+
 def test_binary_formats_take_base64_lines() -> None:
     proc = _run("transform", "--format", "dts-avro", "-", stdin=base64.b64encode(b"\x00garbage") + b"\nnot base64!\n")
     assert proc.returncode == 2

@@ -63,16 +63,24 @@ class DecodeError(CdcnormError):
     'canal-json: field \\'type\\': unknown operation \\'MERGE\\' (payload: {"type":"MERGE"})'
     """
 
+    row: int | None
+    """Which row of a multi-row message failed (0-based, e.g. Canal's ``data[]`` index); ``None``
+    when the message as a whole failed. The message's other rows decode (see
+    :meth:`transforms.decoders.base.Decoder.decode_rows`)."""
+
     def __init__(
         self,
         format_id: str,
         field: str | None,
         reason: str,
         payload: bytes | str | None = None,
+        *,
+        row: int | None = None,
     ) -> None:
         self.format_id = format_id
         self.field = field
         self.reason = reason
+        self.row = row
         self.preview = payload_preview(payload) if payload is not None else None
         where = f"field '{field}': " if field else ""
         tail = f" (payload: {self.preview})" if self.preview is not None else ""

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from transforms.decoders import Decoder, Message
 from transforms.envelope import ChangeEvent, EmitOptions, Event, OutRecord, emit
+from transforms.errors import DecodeError
 from transforms.smt.base import TransformChain
 
-__all__ = ["Pipeline"]
+__all__ = ["Pipeline", "Processed"]
+
+
+@dataclass(slots=True)
+class Processed:
+    """What one message turned into: the records of its rows that decoded, and one DecodeError
+    per row that did not (its ``row`` says which; see :meth:`Pipeline.process_rows`)."""
+
+    records: list[OutRecord]
+    row_errors: list[DecodeError]
 
 
 class Pipeline:
@@ -18,6 +28,10 @@ class Pipeline:
     ``key_overrides`` maps ``db.table`` (or ``table``) to the key columns to use for that table,
     like Debezium's ``message.key.columns``. A subclass adds steps between the key overrides and
     the chain by overriding :meth:`before_chain` (the worker's ``ServicePipeline`` does).
+
+    :meth:`process` is all or nothing; :meth:`process_rows` (what the worker and ``cdcnorm
+    transform`` run) emits the rows of a multi-row message that decode and reports each row that
+    does not, so a bad value loses only its own row.
     """
 
     def __init__(
@@ -33,21 +47,35 @@ class Pipeline:
         self.key_overrides = dict(key_overrides or {})
 
     def events(self, message: Message) -> list[Event]:
-        """Decoded events after key overrides and the chain (before serialization)."""
-        events = self.decoder.decode_safely(message)
+        """Decoded events after key overrides and the chain (before serialization); a bad row
+        fails the message."""
+        return self._transformed(self.decoder.decode_safely(message))
+
+    def process(self, message: Message) -> list[OutRecord]:
+        """The message's records; a bad row fails the message (its DecodeError is raised)."""
+        return emit(self.events(message), self.emit_options)
+
+    def process_rows(self, message: Message) -> Processed:
+        """The records of the message's rows that decode, and an error per row that does not.
+
+        The rows that decode go through the key overrides, the chain and the emitter as in
+        :meth:`process`. A failure of the message as a whole (its envelope, a transform, the
+        emitter) is raised, as by :meth:`process`.
+        """
+        decoded = self.decoder.decode_rows_safely(message)
+        return Processed(emit(self._transformed(decoded.events), self.emit_options), decoded.row_errors)
+
+    def before_chain(self, events: list[Event]) -> list[Event]:
+        """Hook between the key overrides and the chain: the events the chain gets (here unchanged)."""
+        return events
+
+    def _transformed(self, events: list[Event]) -> list[Event]:
         if self.key_overrides:
             events = [self._override_key(e) for e in events]
         events = self.before_chain(events)
         if self.chain.steps:
             events = self.chain.apply(events)
         return events
-
-    def before_chain(self, events: list[Event]) -> list[Event]:
-        """Hook between the key overrides and the chain: the events the chain gets (here unchanged)."""
-        return events
-
-    def process(self, message: Message) -> list[OutRecord]:
-        return emit(self.events(message), self.emit_options)
 
     def _override_key(self, event: Event) -> Event:
         if not isinstance(event, ChangeEvent):

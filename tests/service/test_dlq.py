@@ -29,6 +29,7 @@ from service.dlq import (
     FORMAT_HEADER,
     OVERSIZED_BYTES,
     OVERSIZED_HEADERS,
+    ROW_INDEX,
     dead_letter,
     failure_stage,
     task_id,
@@ -223,3 +224,49 @@ def test_an_oversized_message_stops_an_errors_fail_entry() -> None:
     assert runtime is not None
     with pytest.raises(FatalMessageError):
         n.process(Message(b"x" * 2000, topic="src", partition=0, offset=1), runtime)
+
+
+# ------------------------------------------------------------------------------- a bad row of many
+
+NINE_ROWS = orjson.loads(CANAL_INSERT)
+NINE_ROWS["data"] = [{"id": str(i), "name": f"n{i}", "email": f"{i}@x"} for i in range(1, 10)]
+NINE_ROWS["data"][7]["id"] = "A101"  # the id column is an int
+NINE_ROWS_ONE_BAD = orjson.dumps(NINE_ROWS)
+
+
+def test_a_bad_row_is_dead_lettered_alone_and_the_other_rows_are_emitted() -> None:
+    n = normalizer()
+    runtime = n.runtime_for("src")
+    assert runtime is not None
+    message = Message(NINE_ROWS_ONE_BAD, key=b"k", topic="src", partition=3, offset=42, headers=(("trace", b"t1"),))
+    outcome = n.process(message, runtime)
+    assert [r.key["payload"]["id"] for r in outcome.records if r.value is not None] == [1, 2, 3, 4, 5, 6, 7, 9]
+    assert outcome.dlq is None and outcome.error_class is None
+    ((topic, key, value, headers),) = outcome.row_letters
+    assert outcome.letters == outcome.row_letters
+    assert (topic, key, value) == ("out.dlq", b"k", NINE_ROWS_ONE_BAD)  # the whole original message
+    assert [name for name, _ in headers] == ["trace", *CONTEXT_HEADERS, FORMAT_HEADER, ROW_INDEX]
+    h = dict(headers)
+    assert h[ROW_INDEX] == b"7" and h[ERROR_OFFSET] == b"42" and h[ERROR_PARTITION] == b"3"
+    assert h[ERROR_CLASS] == b"transforms.errors.DecodeError" and h[ERROR_STAGE] == b"VALUE_CONVERTER"
+    assert b"data[7].id" in h[ERROR_MESSAGE] and b"A101" in h[ERROR_MESSAGE]
+    assert n.metrics.dlq.labels("src", "canal-json", "DecodeError")._value.get() == 1
+
+
+def test_a_bad_row_without_context_headers_still_names_its_row() -> None:
+    n = normalizer(dlq_context_headers=False)
+    runtime = n.runtime_for("src")
+    assert runtime is not None
+    outcome = n.process(Message(NINE_ROWS_ONE_BAD, key=b"k", topic="src", partition=0, offset=1), runtime)
+    ((_, _, value, headers),) = outcome.row_letters
+    assert value == NINE_ROWS_ONE_BAD and headers == ((ROW_INDEX, b"7"),)
+
+
+def test_a_bad_row_under_errors_fail_stops_the_worker_before_any_row_is_emitted() -> None:
+    from service.app import FatalMessageError
+
+    n = normalizer(errors="fail")
+    runtime = n.runtime_for("src")
+    assert runtime is not None
+    with pytest.raises(FatalMessageError):
+        n.process(Message(NINE_ROWS_ONE_BAD, topic="src", partition=0, offset=1), runtime)

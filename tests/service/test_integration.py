@@ -21,6 +21,7 @@ from service.dlq import (
     ERROR_STACKTRACE,
     ERROR_TOPIC,
     FORMAT_HEADER,
+    ROW_INDEX,
 )
 from service.local import create_topics
 from tests.conftest import assert_connect_accepts
@@ -101,6 +102,10 @@ def test_canal_end_to_end_keys_partitions_tombstones_dlq(
     messages.append((None, ddl))
     for i in range(1, 11):
         messages.append((b"k", canal("DELETE", [{"id": str(i), "name": f"m{i}", "email": f"{i}@x"}], es=200 + i)))
+    # 9 rows, one bad value ("A101" in the int id column): 8 rows emitted, one dead letter
+    nine = [{"id": str(i), "name": f"n{i}", "email": f"{i}@x"} for i in range(21, 30)]
+    nine[7]["id"] = "A101"
+    messages.append((b"nine", canal("INSERT", nine, es=300)))
     produce(kafka_bootstrap, source, messages, partition=0)
 
     worker = WorkerProcess(
@@ -110,8 +115,8 @@ def test_canal_end_to_end_keys_partitions_tombstones_dlq(
     try:
         worker.wait_ready()
         worker.wait_processed(source, len(messages))
-        assert worker.total("cdcnorm_dlq_total", topic=source) == 1
-        assert worker.total("cdcnorm_records_out_total", topic=source) == 20 + 20 + 1 + 20
+        assert worker.total("cdcnorm_dlq_total", topic=source) == 2
+        assert worker.total("cdcnorm_records_out_total", topic=source) == 20 + 20 + 1 + 20 + 8
         status, _ = worker.get("/healthz")
         assert status == 200
     finally:
@@ -122,7 +127,7 @@ def test_canal_end_to_end_keys_partitions_tombstones_dlq(
     records = read_topics(kafka_bootstrap, [table_topic, prefix, f"{prefix}.dlq"])
     assert_records_accepted(connect_checker, records)
     data = [r for r in records if r.topic == table_topic]
-    assert len(data) == 20 + 20 + 10 + 10
+    assert len(data) == 20 + 20 + 10 + 10 + 8
     by_key: dict[int, list[Any]] = defaultdict(list)
     partitions: dict[int, set[int]] = defaultdict(set)
     for r in sorted(data, key=lambda r: (r.partition, r.offset)):
@@ -136,6 +141,9 @@ def test_canal_end_to_end_keys_partitions_tombstones_dlq(
     for kid in range(1, 21):
         expected = ["c", "u", "d", None] if kid <= 10 else ["c", "u"]
         assert by_key[kid] == expected, kid
+    assert {kid: by_key[kid] for kid in range(21, 30) if kid in by_key} == {
+        kid: ["c"] for kid in range(21, 30) if kid != 28
+    }
     update = next(r.value_json["payload"] for r in data if r.value and r.value_json["payload"]["op"] == "u")
     assert update["before"]["name"].startswith("n") and update["after"]["name"].startswith("m")
     assert update["source"]["connector"] == "canal-json" and update["source"]["name"] == prefix
@@ -145,8 +153,13 @@ def test_canal_end_to_end_keys_partitions_tombstones_dlq(
     assert schema_changes[0].value_json["payload"]["ddl"] == "eg: create xxx"
 
     dlq = [r for r in records if r.topic == f"{prefix}.dlq"]
-    assert len(dlq) == 1
-    letter = dlq[0]
+    assert len(dlq) == 2
+    row_letter = next(r for r in dlq if r.key == b"nine")
+    assert row_letter.value == messages[-1][1]  # the whole original message
+    assert row_letter.headers[ROW_INDEX] == b"7"
+    assert row_letter.headers[ERROR_OFFSET] == str(len(messages) - 1).encode()
+    assert b"data[7].id" in row_letter.headers[ERROR_MESSAGE]
+    letter = next(r for r in dlq if r.key == b"bad-key")
     assert letter.key == b"bad-key" and letter.value == b'{"this is": not json'
     assert letter.headers[ERROR_TOPIC] == source.encode()
     assert letter.headers[ERROR_PARTITION] == b"0"

@@ -15,7 +15,15 @@ from typer.testing import CliRunner
 from service.app import Normalizer
 from service.cli import app
 from service.config import parse_config
-from service.dlq import ERROR_CLASS, ERROR_MESSAGE, ERROR_OFFSET, ERROR_TOPIC, FORMAT_HEADER, dead_letter
+from service.dlq import (
+    ERROR_CLASS,
+    ERROR_MESSAGE,
+    ERROR_OFFSET,
+    ERROR_TOPIC,
+    FORMAT_HEADER,
+    ROW_INDEX,
+    dead_letter,
+)
 from service.local import create_topics
 from service.replay import (
     REPLAY_ATTEMPTS_HEADER,
@@ -126,6 +134,40 @@ def test_an_oversized_message_is_not_replayed() -> None:
     assert result.outcome == "unreplayable" and result.error is not None
     assert "oversized message (4097 bytes)" in result.error and "src[2]@99" in result.error
     assert [(t, k, v) for t, k, v, _ in writes] == [(topic, b"k", b"xxxxxxxx")]
+
+
+def test_a_row_letter_is_replayed_as_its_whole_message_once_every_row_decodes() -> None:
+    """The dead letter of one bad row: while a row still fails nothing of the message is produced
+    and the letter of its own row goes back; once every row decodes, the whole message is
+    produced, the rows the worker wrote before included (the sink's upsert by key absorbs them)."""
+    csv = b"\n".join([b"r_regionkey,r_name,r_comment", b"0,AFRICA,a", b"one,AMERICA,b", b"two,ASIA,c", b"3,EUROPE,d"])
+
+    def entry(**options: str) -> Any:
+        return parse_config({"topic_prefix": "p", "topics": [
+            {"name": "src", "format": "arcion-csv", "options": {"table": "tpch.region", "key.columns": "r_regionkey",
+                                                                  **options}}]})
+
+    strict = entry(**{"column.types": "r_regionkey:int64"})
+    worker = Normalizer(strict)
+    runtime = worker.runtime_for("src")
+    assert runtime is not None
+    outcome = worker.process(Message(csv, b"k", "src", 0, 7), runtime)
+    assert len([r for r in outcome.records if r.value is not None]) == 2 and len(outcome.row_letters) == 2
+    second = outcome.row_letters[1]
+    assert dict(second[3])[ROW_INDEX] == b"3"
+
+    result, writes = _Replayer(strict, Normalizer(strict), "run-1", dry_run=False).handle(
+        _Letter(second[0], 0, 5, second[1], second[2], list(second[3])))
+    assert result.outcome == "failed" and result.source == ("src", 0, 7)
+    ((topic, key, value, headers),) = writes  # its own row's letter goes back, nothing else
+    assert (topic, key, value) == ("p.dlq", b"k", csv) and dict(headers)[ROW_INDEX] == b"3"
+
+    lenient = entry()  # no column types: every value a string, every row decodes
+    result, writes = _Replayer(lenient, Normalizer(lenient), "run-2", dry_run=False).handle(
+        _Letter(second[0], 0, 5, second[1], second[2], list(second[3])))
+    assert result.outcome == "replayed"
+    keys = [orjson.loads(k)["payload"]["r_regionkey"] for t, k, v, _ in writes if v is not None and k is not None]
+    assert keys == ["0", "one", "two", "3"]  # the whole message
 
 
 def test_a_dry_run_writes_no_state() -> None:

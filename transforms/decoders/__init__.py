@@ -6,12 +6,12 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from transforms.decoders.base import Decoder, Message
+from transforms.decoders.base import Decoded, Decoder, Message
 from transforms.errors import ConfigError
 from transforms.metadata import MetadataStore
 from transforms.options import parse_options
 
-__all__ = ["DECODERS", "Decoder", "Message", "create_decoder", "decoder_class"]
+__all__ = ["DECODERS", "Decoded", "Decoder", "Message", "create_decoder", "decoder_class"]
 
 DECODERS: dict[str, str] = {
     "arcion-csv": "transforms.decoders.arcion_files:ArcionCsvDecoder",

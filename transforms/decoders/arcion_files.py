@@ -65,8 +65,9 @@ from transforms.decoders.arcion_rows import (
     exists_code,
     split_table_name,
 )
-from transforms.decoders.base import Decoder, Message
+from transforms.decoders.base import Decoded, Decoder, Message
 from transforms.envelope import ChangeEvent, Event
+from transforms.errors import DecodeError
 from transforms.metadata import MetadataStore
 from transforms.options import FormatOptions
 
@@ -170,9 +171,14 @@ class ArcionCsvDecoder(Decoder):
         self._rows = ArcionRowBuilder(self.format_id, opts, "NULL")
 
     def decode(self, message: Message) -> list[Event]:
+        return self.decode_rows(message).strict()
+
+    def decode_rows(self, message: Message) -> Decoded:
+        """The message's rows; a row that does not decode is an error of that row (its index
+        among the message's CSV records, a header line counted), and the other rows decode."""
         data = message.value
         if data is None:
-            return []
+            return Decoded([])
         self.check_size(data)
         try:
             text = data.decode("utf-8")
@@ -180,19 +186,25 @@ class ArcionCsvDecoder(Decoder):
             raise self.error(None, f"expected UTF-8 text: {exc}", data) from exc
         records = self._records(text, data)
         if not records:
-            return []
+            return Decoded([])
         db, schema, name = self._rows.table_from_option(data)
         table_key = self.csv_options.table or name
         known = self._known_columns(table_key)
         events: list[Event] = []
-        for fields in records:
+        errors: list[DecodeError] = []
+        for index, fields in enumerate(records):
             header = header_columns(fields, known)
             if header is not None:
                 self.metadata.put(COLUMNS_NAMESPACE, table_key, header)
                 known = header
                 continue
-            events.append(self._row(fields, known, (db, schema, name), data))
-        return events
+            columns = self._columns(known, fields, data)  # none known: no row of the message decodes
+            try:
+                events.append(self._row(fields, columns, (db, schema, name), data))
+            except DecodeError as exc:  # a bad value loses only its own row
+                exc.row = index
+                errors.append(exc)
+        return Decoded(events, errors)
 
     def _records(self, text: str, data: bytes) -> list[list[str]]:
         opts = self.csv_options
@@ -216,13 +228,8 @@ class ArcionCsvDecoder(Decoder):
         columns = self.csv_options.columns
         return list(columns) if columns is not None else None
 
-    def _row(
-        self,
-        fields: list[str],
-        known: list[str] | None,
-        name: tuple[str | None, str | None, str],
-        data: bytes,
-    ) -> ChangeEvent:
+    def _columns(self, known: list[str] | None, fields: list[str], data: bytes) -> list[str]:
+        """The known column names; a DecodeError when there are none."""
         if known is None:
             raise self.error(
                 "columns",
@@ -230,6 +237,15 @@ class ArcionCsvDecoder(Decoder):
                 f"header line first (row has {len(fields)} fields)",
                 data,
             )
+        return known
+
+    def _row(
+        self,
+        fields: list[str],
+        known: list[str],
+        name: tuple[str | None, str | None, str],
+        data: bytes,
+    ) -> ChangeEvent:
         x, n = len(known), len(fields)
         table = self._rows.table(*name, known, data)
         if n == x:

@@ -77,7 +77,7 @@ from typing import Any
 import orjson
 from pydantic import Field, field_validator, model_validator
 
-from transforms.decoders.base import Decoder, Message
+from transforms.decoders.base import Decoded, Decoder, Message
 from transforms.envelope import ChangeEvent, Event
 from transforms.errors import ConfigError, DetectionError
 from transforms.metadata import MetadataStore
@@ -408,15 +408,20 @@ class AutoDecoder(Decoder):
         return fid
 
     def decode(self, message: Message) -> list[Event]:
+        return self.decode_rows(message).strict()
+
+    def decode_rows(self, message: Message) -> Decoded:
+        """The detected format's :meth:`~Decoder.decode_rows` (a bad row loses only itself)."""
         fid, value = self._classify(message)
         if fid is None:
-            return []
+            return Decoded([])
         self.detected[fid] += 1
-        events = self._delegate(fid).decode(
+        decoded = self._delegate(fid).decode_rows(
             message if value is message.value else replace(message, value=value)
         )
         header = (FORMAT_HEADER, fid.encode())
-        return [replace(e, headers=(*e.headers, header)) if isinstance(e, ChangeEvent) else e for e in events]
+        events = [replace(e, headers=(*e.headers, header)) if isinstance(e, ChangeEvent) else e for e in decoded.events]
+        return Decoded(events, decoded.row_errors)
 
     # -- detection ------------------------------------------------------------------------
 

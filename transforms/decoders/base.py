@@ -6,6 +6,13 @@ decode`; callers that must never see another exception (pipelines, the worker) c
 :meth:`Decoder.decode_safely`, which also enforces the size limits and turns an unexpected
 exception (a decoder bug hit by hostile input) into a DecodeError.
 
+A message may hold several rows (Canal's ``data[]``, the lines of an Arcion CSV file). A bad
+value loses only its own row: :meth:`Decoder.decode_rows` (and :meth:`Decoder.decode_rows_safely`)
+return the events of the rows that decode and one DecodeError per row that does not, its
+:attr:`~transforms.errors.DecodeError.row` set (a :class:`Decoded`). :meth:`Decoder.decode` stays
+all or nothing: it raises the first row's error. A message whose envelope fails (not parseable,
+no table, an unknown operation ...) raises either way: none of its rows decodes.
+
 Limits on hostile input (options every format has): ``max.message.bytes`` bounds the message
 value and key and every JSON text embedded in a message; ``max.json.depth`` bounds the nesting of
 the message and of embedded JSON. Typed values are bounded too (:func:`coerce_checked`): integers
@@ -18,7 +25,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, ClassVar, TypeVar, final, overload
 
@@ -35,6 +42,7 @@ from transforms.values import UNAVAILABLE, CoercionError, coerce
 __all__ = [
     "MAX_DECIMAL_DIGITS",
     "MAX_DECIMAL_EXPONENT",
+    "Decoded",
     "Decoder",
     "Message",
     "ValueConverter",
@@ -75,6 +83,21 @@ class Message:
     offset: int | None = None
     timestamp_ms: int | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(slots=True)
+class Decoded:
+    """What one message decodes to: the events of its rows that decode, in order, and one
+    :class:`DecodeError` per row that does not (its ``row`` says which), in row order."""
+
+    events: list[Event]
+    row_errors: list[DecodeError] = field(default_factory=list)
+
+    def strict(self) -> list[Event]:
+        """The events when every row decoded; else the first row's error is raised (all or nothing)."""
+        if self.row_errors:
+            raise self.row_errors[0]
+        return self.events
 
 
 @overload
@@ -191,11 +214,21 @@ class Decoder(ABC):
 
     @abstractmethod
     def decode(self, message: Message) -> list[Event]:
-        """The events in ``message``, in order; ``[]`` for messages that carry no change."""
+        """The events in ``message``, in order; ``[]`` for messages that carry no change.
+
+        All or nothing: a bad row fails the message (a multi-row decoder implements
+        :meth:`decode_rows` and returns ``self.decode_rows(message).strict()`` here)."""
+
+    def decode_rows(self, message: Message) -> Decoded:
+        """The events of the rows of ``message`` that decode, and an error per row that does not.
+
+        Decoders whose messages hold several rows override it; a decoder of one row per message
+        keeps this default (:meth:`decode`, any failure raised)."""
+        return Decoded(self.decode(message))
 
     @final
-    def decode_safely(self, message: Message) -> list[Event]:
-        """:meth:`decode`, but every failure is a :class:`DecodeError` (what pipelines call).
+    def decode_rows_safely(self, message: Message) -> Decoded:
+        """:meth:`decode_rows`, but every failure is a :class:`DecodeError` (what pipelines call).
 
         The message value and key are checked against ``max.message.bytes`` first. An exception
         that is not a :class:`~transforms.errors.CdcnormError` is a decoder bug hit by this
@@ -205,11 +238,16 @@ class Decoder(ABC):
         try:
             self.check_size(message.value)
             self.check_size(message.key, "key")
-            return self.decode(message)
+            return self.decode_rows(message)
         except CdcnormError:
             raise
         except Exception as exc:
             raise self.error(None, f"unexpected {type(exc).__name__}: {exc}", message.value) from exc
+
+    @final
+    def decode_safely(self, message: Message) -> list[Event]:
+        """:meth:`decode_rows_safely`, all or nothing: a row's error is raised (see :meth:`decode`)."""
+        return self.decode_rows_safely(message).strict()
 
     # -- helpers for subclasses ------------------------------------------------------
 

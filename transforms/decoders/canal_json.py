@@ -49,7 +49,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field, field_validator
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
-from transforms.decoders.base import Decoder, Message
+from transforms.decoders.base import Decoded, Decoder, Message
 from transforms.decoders.cache import LruCache, TableCache
 from transforms.decoders.fields import (
     INT64_MAX,
@@ -74,6 +74,7 @@ from transforms.envelope import (
     SnapshotMarker,
     SourceInfo,
 )
+from transforms.errors import DecodeError
 from transforms.metadata import MetadataStore
 from transforms.options import FormatOptions
 from transforms.values import CoercionError, infer_column, parse_datetime
@@ -287,8 +288,13 @@ class CanalJsonDecoder(Decoder):
     # -- decode ----------------------------------------------------------------------------
 
     def decode(self, message: Message) -> list[Event]:
+        return self.decode_rows(message).strict()
+
+    def decode_rows(self, message: Message) -> Decoded:
+        """The message's events; a row whose value does not decode is an error of that row (its
+        index in ``data[]``, or ``old[]`` for a legacy DTS delete), and the other rows decode."""
         if message.value is None:
-            return []
+            return Decoded([])
         raw = message.value
         doc = self.load_json(message)
         kind = doc.get("type")
@@ -312,9 +318,9 @@ class CanalJsonDecoder(Decoder):
             ts = optional_int(self, doc, "ts", raw)
         fields = self._source_fields(doc, raw)
         if is_ddl or (kind in _DDL_TYPES and not (kind == "QUERY" and is_ddl is False)):
-            return self._ddl(doc, kind, database, table, es, ts, fields, message, raw)
+            return Decoded(self._ddl(doc, kind, database, table, es, ts, fields, message, raw))
         if kind in _NO_CHANGE_TYPES or kind == "QUERY":
-            return []
+            return Decoded([])
         op = _OPS.get(kind)
         if op is None:
             known = ", ".join([*_OPS, *_DDL_TYPES])
@@ -324,7 +330,7 @@ class CanalJsonDecoder(Decoder):
         old = self._rows(doc, "old", raw)
         pairs = self._images(op, data, old, raw)
         if not pairs:
-            return []
+            return Decoded([])
         schema = self._schema(doc, db, tbl, data, old, raw)
         source = SourceInfo(
             connector=self.format_id,
@@ -333,13 +339,19 @@ class CanalJsonDecoder(Decoder):
             fields=fields,
         )
         events: list[Event] = []
+        errors: list[DecodeError] = []
         plan = self._plans.plan(schema)
         value = self._value
         for i, (before_raw, after_raw, where) in enumerate(pairs):
-            before = None if before_raw is None else plan.typed(before_raw, where[0], raw, value, i)
-            after = None if after_raw is None else plan.typed(after_raw, where[1], raw, value, i)
+            try:
+                before = None if before_raw is None else plan.typed(before_raw, where[0], raw, value, i)
+                after = None if after_raw is None else plan.typed(after_raw, where[1], raw, value, i)
+            except DecodeError as exc:  # a bad value loses only its own row
+                exc.row = i
+                errors.append(exc)
+                continue
             events.append(ChangeEvent(op, schema, before, after, source, ts_ms=ts))
-        return events
+        return Decoded(events, errors)
 
     def _source_fields(self, doc: Mapping[str, Any], raw: bytes) -> dict[str, Any]:
         fields: dict[str, Any] = {}
