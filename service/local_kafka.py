@@ -43,7 +43,7 @@ from typing import Any
 from service.local import free_port, port_open, wait_for
 from service.maven import LocalServiceError, fetch_artifacts, java_command, pom_path
 
-__all__ = ["KAFKA_VERSION", "KafkaCluster", "KafkaNode", "kafka_version", "start_kafka"]
+__all__ = ["KAFKA_VERSION", "KafkaCluster", "KafkaNode", "kafka_version", "new_cluster_id", "start_kafka"]
 
 _POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 _LOG4J2 = """\
@@ -370,6 +370,21 @@ def _node_properties(node: KafkaNode, voters: str, nodes: int, overrides: Mappin
     return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
+def new_cluster_id() -> str:
+    """A random cluster id as Kafka's ``Uuid.randomUuid()`` makes it: a UUID in URL-safe base64
+    without padding, drawn again while it starts with ``-`` (the storage tool's argument parser
+    would read such an id as an option: "argument --cluster-id/-t: expected one argument", one
+    start in 64).
+
+    >>> all(not new_cluster_id().startswith("-") and len(new_cluster_id()) == 22 for _ in range(500))
+    True
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def start_kafka(
     nodes: int = 1,
     directory: Path | None = None,
@@ -392,7 +407,7 @@ def start_kafka(
     root.mkdir(parents=True, exist_ok=True)
     members = [KafkaNode(i, free_port(), free_port(), root / f"node-{i}") for i in range(1, nodes + 1)]
     voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in members)
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cluster_id = new_cluster_id()
     cluster = KafkaCluster(members, libs, cluster_id, root, heap, owns, jvm_options)
     for node in members:
         node.directory.mkdir(parents=True, exist_ok=True)
