@@ -74,7 +74,7 @@ from service.dlq import (
     smaller_dead_letters,
     too_large_dead_letter,
 )
-from service.limits import BATCH_HEADER_BYTES, TopicLimits
+from service.limits import BATCH_HEADER_BYTES, TopicLimits, session_timeout_refusal
 from service.metrics import WorkerMetrics
 from service.output import BatchedOutput, Output, OutputProducer, Record, Refusal, record_wire_bytes
 from service.topics import valid_topic_name
@@ -1278,6 +1278,11 @@ def run_worker(config: PipelineConfig, *, web_port: int | None = None) -> int:
 
     level = config.worker.log_level
     configure_logging(level)  # text or JSON (--log-format, CDCNORM_LOG_FORMAT); Faust keeps it
+    refusal = session_timeout_refusal(config.broker.librdkafka(), config.broker.session_timeout_s,
+                                      "broker.session_timeout_s")
+    if refusal is not None:  # else the worker would run and never join its group
+        log.critical("worker not started: %s", refusal)
+        return 2
     state = WorkerState()
 
     def stop_process(exc: BaseException) -> None:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["BATCH_HEADER_BYTES", "TopicLimits"]
+__all__ = ["BATCH_HEADER_BYTES", "TopicLimits", "session_timeout_refusal"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,8 @@ the whole batch with ``max.message.bytes``: a record alone in a batch fits when 
 
 TOPIC_LIMIT = "max.message.bytes"
 BROKER_LIMIT = "message.max.bytes"
+MIN_SESSION = "group.min.session.timeout.ms"
+MAX_SESSION = "group.max.session.timeout.ms"
 
 
 class TopicLimits:
@@ -158,6 +160,43 @@ class TopicLimits:
                     "the worker's own limits; asking again every %.0fs",
                     TOPIC_LIMIT, topic, why, self.retry_s, extra={"topic": topic},
                 )
+
+
+def session_timeout_refusal(client: Mapping[str, Any], session_timeout_s: float, key: str,
+                            *, timeout_s: float = 10.0) -> str | None:
+    """Why the brokers would refuse a consumer group member's session timeout, or None.
+
+    Kafka's group coordinator refuses a JoinGroup whose session timeout lies outside the brokers'
+    ``group.min.session.timeout.ms`` (6000 by default) .. ``group.max.session.timeout.ms``
+    (1800000) with ``INVALID_SESSION_TIMEOUT``; aiokafka logs that once and the member never joins,
+    so the worker would run and consume nothing. Asked of the brokers with DescribeConfigs before
+    the worker starts; a broker that does not answer or keeps no such settings (Tansu) gives None,
+    as does a timeout within the range. ``key`` names the setting in the message.
+    """
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    admin = AdminClient({"log_level": 3, **client})
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+        resources = [ConfigResource(ResourceType.BROKER, str(b)) for b in sorted(metadata.brokers)][:1]
+        if not resources:
+            return None
+        entries = admin.describe_configs(resources, request_timeout=timeout_s)[resources[0]].result(timeout=timeout_s)
+    except (KafkaException, TimeoutError, ValueError) as exc:
+        log.debug("cannot read the brokers' session timeout bounds: %s", exc)
+        return None
+    lowest, highest = _bytes(entries.get(MIN_SESSION)), _bytes(entries.get(MAX_SESSION))
+    ms = round(session_timeout_s * 1000)
+    if lowest is not None and ms < lowest:
+        return (f"{key}: {session_timeout_s:g} ({ms} ms) is below the brokers' {MIN_SESSION} ({lowest} ms): "
+                "the group coordinator refuses the worker's join (INVALID_SESSION_TIMEOUT); "
+                f"set it to at least {lowest / 1000:g}")
+    if highest is not None and ms > highest:
+        return (f"{key}: {session_timeout_s:g} ({ms} ms) is above the brokers' {MAX_SESSION} ({highest} ms): "
+                "the group coordinator refuses the worker's join (INVALID_SESSION_TIMEOUT); "
+                f"set it to at most {highest / 1000:g}")
+    return None
 
 
 def _bytes(entry: Any) -> int | None:

@@ -90,9 +90,10 @@ def crash_run(kafka_bootstrap: str, redis_url: str, tmp_path_factory: pytest.Tem
     print(f"\nproduced {stream.changes} changes {stream.counts} over {len(TABLES)} tables, "
           f"{KEYS_PER_TABLE} keys each; source partition ends {ends}")
 
-    # a SIGKILLed member holds its partitions until its session times out: keep that short
+    # a SIGKILLed member holds its partitions until its session times out: keep that short, at
+    # Apache Kafka's group.min.session.timeout.ms (6 s; the worker refuses to start below it)
     config = worker_config(kafka_bootstrap, redis_url, f"{prefix}:", prefix, [{"name": source, "format": "canal-json"}],
-                           session_timeout_s=4.0)
+                           session_timeout_s=6.0)
     # kill points: seeded positions in the stream; worker i is killed once the messages committed
     # before it started plus those it consumed reach the i-th position
     rnd = random.Random(SEED)
