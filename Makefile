@@ -31,7 +31,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	scripts/audit
-	$(BIN)/pytest -q --durations=40
+	scripts/run-tests
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -q -m "not integration"

@@ -16,6 +16,13 @@ from typing import Any
 import pytest
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The fault-injection tests (``tests/faults``) run last, in their usual order: they time
+    kills, freezes and session expiries, and ``scripts/run-tests`` runs the fast part of the suite
+    beside the integration part, which is done by then."""
+    items.sort(key=lambda item: item.nodeid.startswith("tests/faults/"))
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     from service.local_kafka import KAFKA_VERSION
     from tests.brokers import TEST_BROKER

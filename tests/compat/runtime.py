@@ -20,6 +20,7 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -88,17 +89,30 @@ def compile_java(sources: Sequence[Path], cache_root: Path) -> Path:
     out = cache_root / digest.hexdigest()[:16]
     if (out / ".done").exists():
         return out
-    out.mkdir(parents=True, exist_ok=True)
+    # compiled into a folder of this process's own, then renamed: two test sessions at once
+    # (``make test`` runs the fast and the integration part side by side) never share a half
+    # written class folder
+    cache_root.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f"{out.name}.", dir=cache_root))
     classpath = os.pathsep.join(str(p) for p in connect_classpath())
     proc = subprocess.run(
-        [_java_tool("javac"), "-nowarn", "-encoding", "UTF-8", "-cp", classpath, "-d", str(out), *map(str, sources)],
+        [_java_tool("javac"), "-nowarn", "-encoding", "UTF-8", "-cp", classpath, "-d", str(building), *map(str, sources)],
         capture_output=True,
         text=True,
         check=False,
     )
     if proc.returncode != 0:
+        shutil.rmtree(building, ignore_errors=True)
         raise RuntimeError(f"javac failed:\n{proc.stderr}")
-    (out / ".done").touch()
+    (building / ".done").touch()
+    if (out / ".done").exists():  # the other session finished first
+        shutil.rmtree(building, ignore_errors=True)
+        return out
+    shutil.rmtree(out, ignore_errors=True)  # a folder left half written by an older version of this
+    try:
+        building.rename(out)
+    except OSError:  # renamed by the other session meanwhile
+        shutil.rmtree(building, ignore_errors=True)
     return out
 
 
