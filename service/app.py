@@ -309,6 +309,7 @@ class Normalizer:
         except ConfigError as exc:
             key = f"{where}.format" if exc.key == "format" else f"{where}.options.{exc.key}"
             raise ConfigError(key, exc.value, exc.reason) from exc
+        decoder.state_scope = entry.label  # the entry's state, apart from other entries' in a shared store
         emit_options = EmitOptions(
             prefix=self.config.topic_prefix,
             topic_template=entry.topic_template,
