@@ -548,7 +548,7 @@ def test_the_parsed_definitions_cache_is_bounded_and_the_store_keeps_them(monkey
 def test_a_definition_lives_in_the_metadata_store_so_a_new_decoder_on_it_has_it() -> None:
     """A worker restarted after the control record (or another replica) decodes the table's data
     with its definition: the definition is in the shared store, not in the decoder."""
-    from transforms.metadata import InMemoryMetadataStore
+    from transforms.metadata import InMemoryMetadataStore, ScopedMetadataStore
 
     store = InMemoryMetadataStore()
     first = create_decoder("aws-dms-json", None, store)
@@ -556,8 +556,7 @@ def test_a_definition_lives_in_the_metadata_store_so_a_new_decoder_on_it_has_it(
     fresh = create_decoder("aws-dms-json", None, store)
     (event,) = fresh.decode(Message(orjson.dumps(data("insert", ROW))))
     assert event.table.key == ("id",)
-    other_entry = create_decoder("aws-dms-json", None, store)
-    other_entry.state_scope = "another-topic"
+    other_entry = create_decoder("aws-dms-json", None, ScopedMetadataStore(store, "another-topic"))
     (event,) = other_entry.decode(Message(orjson.dumps(data("insert", ROW))))
     assert event.table.key == ()  # an entry's definitions are its own
     first.decode(Message(orjson.dumps(control("drop-table", None))))

@@ -500,7 +500,6 @@ class AutoDecoder(Decoder):
                 _common_options(self.options)
             )
             decoder = self._delegates[fid] = cls(options, self.metadata)
-            decoder.state_scope = self.state_scope
         return decoder
 
 

@@ -17,8 +17,8 @@ update's before is null.
 Table definitions: with ``IncludeControlDetails``, a control record carries
 ``control.table-def`` (``{"columns": {name: {"type", "length", "precision", "scale",
 "nullable"}}, "primary-key": [...]}``). The decoder remembers the latest one per (schema, table)
-in the decoder's metadata store (namespace ``aws-dms-json.table-def``, per topic entry: the
-worker's Redis and metadata log, the CLI's memory), written before the next message is decoded,
+in the decoder's metadata store (namespace ``aws-dms-json.table-def``; the worker's Redis and
+metadata log, the CLI's memory, each entry's own: :class:`~transforms.metadata.ScopedMetadataStore`), written before the next message is decoded,
 and types that table's data records with it. So every worker replica, a worker restarted after
 the control record, and ``cdcnorm transform`` decode a data record with the definition that
 precedes it in its partition (only the parsed form is cached in the process):
@@ -121,9 +121,8 @@ _UINT8_PRECISION = 20  # digits of 2^64-1
 # control operations after which a remembered definition without a new table-def still holds
 _KEEPS_DEFINITION = frozenset({"add-column"})
 DEFINITIONS_NAMESPACE = "aws-dms-json.table-def"
-"""Metadata-store namespace of the remembered table definitions: key ``[scope, schema, table]``
-(JSON; ``scope`` is :attr:`Decoder.state_scope`), value ``{"table-def": <the control record's
-table-def>}``, or null once forgotten."""
+"""Metadata-store namespace of the remembered table definitions: key ``[schema, table]`` (JSON),
+value ``{"table-def": <the control record's table-def>}``, or null once forgotten."""
 # bounds of the cache of parsed table definitions: tables, and columns over all of them
 _MAX_DEFINITIONS = 4096
 _MAX_DEFINITION_COLUMNS = 200_000
@@ -316,7 +315,7 @@ class AwsDmsJsonDecoder(Decoder):
         )
 
     def _store_key(self, schema: str | None, table: str) -> str:
-        return orjson.dumps([self.state_scope, schema, table]).decode()
+        return orjson.dumps([schema, table]).decode()
 
     def _definition(self, schema: str | None, table: str, payload: bytes) -> TableSchema | None:
         """The table's remembered definition (columns optional), from the metadata store."""

@@ -211,10 +211,6 @@ class Decoder(ABC):
     def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
         self.options = options if options is not None else self.options_model()
         self.metadata: MetadataStore = metadata if metadata is not None else InMemoryMetadataStore()
-        self.state_scope = ""
-        """What this decoder's per-source state is kept under in a shared metadata store (the
-        worker and ``cdcnorm transform --config`` set it to the topic entry's label), so that two
-        entries that both name a table ``public.foo`` do not share its definition."""
 
     @abstractmethod
     def decode(self, message: Message) -> list[Event]:
