@@ -81,7 +81,7 @@ from service.topics import valid_topic_name
 from transforms.decoders import Decoder, Message, create_decoder
 from transforms.envelope import EmitOptions, Event, OutRecord, TransactionEvent
 from transforms.errors import ConfigError, StateStoreError
-from transforms.metadata import MetadataStore, RowStateStore
+from transforms.metadata import InMemoryMetadataStore, MetadataStore, RowStateStore, ScopedMetadataStore
 from transforms.pipeline import Pipeline
 from transforms.smt.base import TransformChain
 
@@ -288,8 +288,12 @@ class Normalizer:
         self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.runtimes: list[EntryRuntime] = []
         self._by_topic: dict[str, EntryRuntime | None] = {}
+        # one store for every entry, as the worker's Redis and metadata log are (an in-memory one
+        # offline: `cdcnorm transform --config`), each entry seeing its own part of it
+        shared: MetadataStore = metadata if metadata is not None else InMemoryMetadataStore()
         for index, entry in enumerate(config.topics):
-            self.runtimes.append(self._runtime(index, entry, metadata, row_state_factory))
+            scoped = ScopedMetadataStore(shared, entry.label)
+            self.runtimes.append(self._runtime(index, entry, scoped, row_state_factory))
         self._in: dict[tuple[str, str], Any] = {}
         self._out: dict[tuple[str, str], Any] = {}
         self.topic_names: dict[str, str] = {}  # output_topic's results, by entry topic

@@ -232,8 +232,11 @@ def transform(
                 err.write(orjson.dumps({"line": number, "row": row_error.row, "error": str(row_error),
                                         "error_class": type(row_error).__name__}) + b"\n")
             for record in processed.records:
-                out.write(orjson.dumps({"topic": output_topic(record.topic), "key": record.key, "value": record.value})
-                          + b"\n")
+                line_out: dict[str, Any] = {"topic": output_topic(record.topic), "key": record.key, "value": record.value}
+                if record.headers:  # as the worker produces them: name and value (UTF-8 text)
+                    line_out["headers"] = [[name, value.decode("utf-8", "backslashreplace")]
+                                           for name, value in record.headers]
+                out.write(orjson.dumps(line_out) + b"\n")
     out.flush()
     detected = getattr(pipeline.decoder, "detected", None) if format_id == "auto" else None
     if detected is not None:

@@ -1,7 +1,9 @@
 """Stores that decoders and the completion step use for state learned from earlier messages.
 
 * :class:`MetadataStore`: JSON documents by namespace and key (the Qlik schema registry,
-  Arcion column lists from header lines). In-memory here; Redis-backed in ``service``.
+  Arcion column lists from header lines, AWS DMS table definitions). In-memory here;
+  Redis-backed in ``service``. Each topic entry sees its own part of a shared store
+  (:class:`ScopedMetadataStore`).
 * :class:`RowStateStore`: the last full after-image per table and key, used to complete
   partial images (columns absent from an update).
 
@@ -14,7 +16,19 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["InMemoryMetadataStore", "InMemoryRowStateStore", "MetadataStore", "RowStateStore"]
+import orjson
+
+__all__ = [
+    "LEGACY_NAMESPACES",
+    "InMemoryMetadataStore",
+    "InMemoryRowStateStore",
+    "MetadataStore",
+    "RowStateStore",
+    "ScopedMetadataStore",
+]
+
+LEGACY_NAMESPACES = frozenset({"qlik.schema"})
+"""Namespaces :class:`ScopedMetadataStore` also reads unscoped (documents stored before the scoping)."""
 
 
 @runtime_checkable
@@ -39,6 +53,40 @@ class InMemoryMetadataStore:
 
     def put(self, namespace: str, key: str, value: Any) -> None:
         self._data[(namespace, key)] = value
+
+
+class ScopedMetadataStore:
+    """One topic entry's view of a :class:`MetadataStore` that several entries share (the worker's
+    Redis and metadata log; the one in-memory store of ``cdcnorm transform --config``): every key
+    is stored as ``["<scope>", "<key>"]`` (JSON), so what one entry's decoder learns (an Arcion
+    header, a DMS table definition, a Qlik schema) never changes how another entry decodes.
+
+    ``legacy``: namespaces whose documents, when the scope has none, are read unscoped too, as
+    stores written before the scoping hold them (the Qlik schema registry, whose documents are
+    registrations that never change: a data message must not be dead-lettered after an upgrade).
+    """
+
+    def __init__(self, store: MetadataStore, scope: str, legacy: frozenset[str] = LEGACY_NAMESPACES) -> None:
+        self.store = store
+        self.scope = scope
+        self.legacy = legacy
+
+    def key(self, key: str) -> str:
+        """The key of ``key`` under this scope.
+
+        >>> ScopedMetadataStore(InMemoryMetadataStore(), "cdc.dms").key("t")
+        '["cdc.dms","t"]'
+        """
+        return orjson.dumps([self.scope, key]).decode()
+
+    def get(self, namespace: str, key: str) -> Any | None:
+        value = self.store.get(namespace, self.key(key))
+        if value is None and namespace in self.legacy:
+            return self.store.get(namespace, key)
+        return value
+
+    def put(self, namespace: str, key: str, value: Any) -> None:
+        self.store.put(namespace, self.key(key), value)
 
 
 @runtime_checkable

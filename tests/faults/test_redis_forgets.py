@@ -345,7 +345,9 @@ def run_scenario(kafka_bootstrap: str, servers: list[LocalProcess], tmp_path: Pa
         loaded = [line.split("cdcnorm.metadata_log ", 1)[1] for line in
                   second.process.log_path.read_text().splitlines() if "metadata log loaded" in line]
         client = redis.Redis.from_url(servers[-1].address)
-        wait_for(lambda: all(client.exists(f"{prefix}:meta:qlik.schema:{s}") for s in schema_ids.values()),
+        # each topic entry's documents are under its scope: ["<entry>", "<schema id>"]
+        wait_for(lambda: all(any(client.scan_iter(match=f"{prefix}:meta:qlik.schema:*\"{s}\"]"))
+                             for s in schema_ids.values()),
                  10, "redis rebuilt from the log", 0.2)
         rebuilt = len(list(client.scan_iter(match=f"{prefix}:meta:*")))
         client.close()

@@ -320,7 +320,7 @@ def control(operation: str, table_def: dict[str, Any] | None = None, table: str 
 
 
 class Stream:
-    """One decoder fed message after message (the definitions live in it), emitting through a pipeline."""
+    """One decoder fed message after message (the definitions live in its metadata store), emitting through a pipeline."""
 
     def __init__(
         self, options: dict[str, Any] | None = None, key_overrides: dict[str, tuple[str, ...]] | None = None
@@ -531,17 +531,37 @@ def test_configured_key_columns_win_over_the_primary_key() -> None:
     assert record.key is not None and record.key["payload"] == {"name": "Ann"}
 
 
-def test_the_definition_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_parsed_definitions_cache_is_bounded_and_the_store_keeps_them(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(aws_dms_json, "_MAX_DEFINITIONS", 2)
     stream = Stream()
     for table in ("a", "b", "c"):
         stream.events(control("create-table", TABLE_DEF, table))
     keys = {}
-    for table in ("a", "b", "c"):
+    for table in ("a", "b", "c", "a"):
         doc = data("insert", ROW)
         doc["metadata"]["table-name"] = table
         keys[table] = stream.change(doc).table.key
-    assert keys == {"a": (), "b": ("id",), "c": ("id",)}  # the least recently used went first
+    assert keys == {"a": ("id",), "b": ("id",), "c": ("id",)}  # parsed again from the store
+    assert len(stream.decoder._definitions) == 2
+
+
+def test_a_definition_lives_in_the_metadata_store_so_a_new_decoder_on_it_has_it() -> None:
+    """A worker restarted after the control record (or another replica) decodes the table's data
+    with its definition: the definition is in the shared store, not in the decoder."""
+    from transforms.metadata import InMemoryMetadataStore, ScopedMetadataStore
+
+    store = InMemoryMetadataStore()
+    first = create_decoder("aws-dms-json", None, store)
+    first.decode(Message(orjson.dumps(control("create-table", TABLE_DEF))))
+    fresh = create_decoder("aws-dms-json", None, store)
+    (event,) = fresh.decode(Message(orjson.dumps(data("insert", ROW))))
+    assert event.table.key == ("id",)
+    other_entry = create_decoder("aws-dms-json", None, ScopedMetadataStore(store, "another-topic"))
+    (event,) = other_entry.decode(Message(orjson.dumps(data("insert", ROW))))
+    assert event.table.key == ()  # an entry's definitions are its own
+    first.decode(Message(orjson.dumps(control("drop-table", None))))
+    (event,) = fresh.decode(Message(orjson.dumps(data("insert", ROW))))
+    assert event.table.key == ()
 
 
 UINT8_MAX = 2**64 - 1

@@ -17,8 +17,11 @@ update's before is null.
 Table definitions: with ``IncludeControlDetails``, a control record carries
 ``control.table-def`` (``{"columns": {name: {"type", "length", "precision", "scale",
 "nullable"}}, "primary-key": [...]}``). The decoder remembers the latest one per (schema, table)
-in a bounded in-process cache (the least recently used tables go first; a decoder serves one
-source topic) and types that table's data records with it:
+in the decoder's metadata store (namespace ``aws-dms-json.table-def``; the worker's Redis and
+metadata log, the CLI's memory, each entry's own: :class:`~transforms.metadata.ScopedMetadataStore`), written before the next message is decoded,
+and types that table's data records with it. So every worker replica, a worker restarted after
+the control record, and ``cdcnorm transform`` decode a data record with the definition that
+precedes it in its partition (only the parsed form is cached in the process):
 
 * the key is the ``primary-key`` columns, so changes get a Kafka key and deletes a tombstone
   (the topic's ``key_columns`` config, applied after decoding, wins over it);
@@ -45,6 +48,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from pydantic import Field
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
@@ -116,7 +120,10 @@ _DATETIME_TYPES = frozenset({"DATETIME", "TIMESTAMP"})
 _UINT8_PRECISION = 20  # digits of 2^64-1
 # control operations after which a remembered definition without a new table-def still holds
 _KEEPS_DEFINITION = frozenset({"add-column"})
-# bounds of the table-definition cache: tables, and columns over all of them
+DEFINITIONS_NAMESPACE = "aws-dms-json.table-def"
+"""Metadata-store namespace of the remembered table definitions: key ``[schema, table]`` (JSON),
+value ``{"table-def": <the control record's table-def>}``, or null once forgotten."""
+# bounds of the cache of parsed table definitions: tables, and columns over all of them
 _MAX_DEFINITIONS = 4096
 _MAX_DEFINITION_COLUMNS = 200_000
 
@@ -150,12 +157,12 @@ class AwsDmsJsonDecoder(Decoder):
         super().__init__(options, metadata)
         self._opts = self.options_as(AwsDmsJsonOptions)
         self._shapes = SchemalessShapes()
-        # (schema, table) -> the latest table-def of the table, its columns optional; a forgotten
-        # definition is stored as None (LruCache has no removal), which reads as no definition
-        self._definitions: LruCache[tuple[str | None, str], TableSchema | None] = LruCache(
+        # (schema, table) -> (the stored document, the table it defines, its columns optional):
+        # a cache of parsing; the metadata store holds the definitions
+        self._definitions: LruCache[tuple[str | None, str], tuple[Any, TableSchema]] = LruCache(
             _MAX_DEFINITIONS,
             _MAX_DEFINITION_COLUMNS,
-            lambda _, table: 1 + (len(table.columns) if table else 0),
+            lambda _, item: 1 + len(item[1].columns),
         )
         self._plans = RowPlans()
 
@@ -215,7 +222,7 @@ class AwsDmsJsonDecoder(Decoder):
         elif op is Operation.DELETE:
             before, after = row, None
 
-        definition = self._definitions.get((schema, table)) if len(self._definitions) else None
+        definition = self._definition(schema, table, payload)
         if definition is None:
             shape = self._shapes.infer(after, before)
             table_schema_ = self._shapes.table(shape, None, schema, table, ())
@@ -286,14 +293,16 @@ class AwsDmsJsonDecoder(Decoder):
         table = optional_str(self, metadata, "table-name", payload, where="metadata.") or None
         control = doc.get("control")
         new_table: TableSchema | None = None
+        definition_doc: Any = None
         if control is not None:
             if not isinstance(control, dict):
                 raise self.error("control", f"expected an object, found {type_name(control)}", payload)
             definition = control.get("table-def")
             if definition is not None:
                 new_table = self._table_def(definition, schema, table or "", payload)
+                definition_doc = definition
         if table is not None:
-            self._remember(schema, table, metadata["operation"], new_table)
+            self._remember(schema, table, metadata["operation"], new_table, definition_doc)
         return SchemaChangeEvent(
             db=None,
             schema=schema,
@@ -305,17 +314,35 @@ class AwsDmsJsonDecoder(Decoder):
             ts_ms=check_timestamp(self, metadata.get("timestamp"), "metadata.timestamp", payload),
         )
 
+    def _store_key(self, schema: str | None, table: str) -> str:
+        return orjson.dumps([schema, table]).decode()
+
+    def _definition(self, schema: str | None, table: str, payload: bytes) -> TableSchema | None:
+        """The table's remembered definition (columns optional), from the metadata store."""
+        doc = self.metadata.get(DEFINITIONS_NAMESPACE, self._store_key(schema, table))
+        if not isinstance(doc, dict):
+            return None
+        slot = (schema, table)
+        cached = self._definitions.get(slot)
+        if cached is not None and (cached[0] is doc or cached[0] == doc):
+            return cached[1]
+        parsed = self._table_def(doc.get("table-def"), schema, table, payload)
+        columns = tuple(c.as_optional() for c in parsed.columns)
+        defined = table_schema(None, schema, table, columns, parsed.key)
+        self._definitions.put(slot, (doc, defined))
+        return defined
+
     def _remember(
-        self, schema: str | None, table: str, operation: str, new_table: TableSchema | None
+        self, schema: str | None, table: str, operation: str, new_table: TableSchema | None, definition: Any
     ) -> None:
         """Keep a control record's table definition for the table's data records, or forget the
-        one remembered when the record changes the table without giving a new one."""
-        slot = (schema, table)
+        one remembered when the record changes the table without giving a new one. Written to the
+        metadata store now, so the next message of the partition is decoded with it."""
+        key = self._store_key(schema, table)
         if new_table is not None and operation != "drop-table":
-            columns = tuple(c.as_optional() for c in new_table.columns)
-            self._definitions.put(slot, table_schema(None, schema, table, columns, new_table.key))
-        elif operation not in _KEEPS_DEFINITION and self._definitions.get(slot) is not None:
-            self._definitions.put(slot, None)
+            self.metadata.put(DEFINITIONS_NAMESPACE, key, {"table-def": definition})
+        elif operation not in _KEEPS_DEFINITION and self.metadata.get(DEFINITIONS_NAMESPACE, key) is not None:
+            self.metadata.put(DEFINITIONS_NAMESPACE, key, None)
 
     def _table_def(self, definition: Any, schema: str | None, table: str, payload: bytes) -> TableSchema:
         """``control.table-def``: ``{"columns": {name: {"type", "precision", "scale", "nullable"}}, ...}``."""
