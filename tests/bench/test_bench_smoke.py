@@ -192,15 +192,6 @@ def test_service_e2e_bench_on_kafka_and_tansu(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("broker", ["kafka", "tansu"])
-def test_service_e2e_bench_on_one_broker(broker: str, tmp_path: Path) -> None:
-    result = _run_bench("service_e2e", tmp_path, "--broker", broker, "--warmup", "0", timeout=420)
-    _assert_measured(result, "service_e2e")
-    assert list(result["params"]["brokers"]) == [broker]
-    assert {r["name"].split(":")[0] for r in result["ratios"]} == {broker.capitalize()}
-
-
-@pytest.mark.integration
 @pytest.mark.parametrize("name", ["scaling", "worker_memory"])
 def test_service_benches(name: str, tmp_path: Path) -> None:
     result = _run_bench(name, tmp_path, timeout=420)
