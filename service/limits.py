@@ -111,7 +111,7 @@ class TopicLimits:
             except TimeoutError:
                 self._unknown([topic], f"no answer within {self.timeout_s:.0f}s")
                 continue
-            value = _bytes(entries.get(TOPIC_LIMIT))
+            value = _positive_int(entries.get(TOPIC_LIMIT))
             if value is None:  # e.g. Tansu: it keeps no topic configs (nor enforces this one)
                 self._unknown([topic], f"the broker reports no {TOPIC_LIMIT}", logging.INFO)
             else:
@@ -139,7 +139,7 @@ class TopicLimits:
                 entries = await asyncio.wait_for(asyncio.wrap_future(future), self.timeout_s + 1)
             except Exception:  # that broker's answer is missing: the others decide
                 continue
-            value = _bytes(entries.get(BROKER_LIMIT))
+            value = _positive_int(entries.get(BROKER_LIMIT))
             if value is not None:
                 values.append(value)
         return min(values, default=None)
@@ -186,7 +186,7 @@ def session_timeout_refusal(client: Mapping[str, Any], session_timeout_s: float,
     except (KafkaException, TimeoutError, ValueError) as exc:
         log.debug("cannot read the brokers' session timeout bounds: %s", exc)
         return None
-    lowest, highest = _bytes(entries.get(MIN_SESSION)), _bytes(entries.get(MAX_SESSION))
+    lowest, highest = _positive_int(entries.get(MIN_SESSION)), _positive_int(entries.get(MAX_SESSION))
     ms = round(session_timeout_s * 1000)
     if lowest is not None and ms < lowest:
         return (f"{key}: {session_timeout_s:g} ({ms} ms) is below the brokers' {MIN_SESSION} ({lowest} ms): "
@@ -199,7 +199,8 @@ def session_timeout_refusal(client: Mapping[str, Any], session_timeout_s: float,
     return None
 
 
-def _bytes(entry: Any) -> int | None:
+def _positive_int(entry: Any) -> int | None:
+    """A config entry's value as a positive integer (bytes, milliseconds); None when unset or not one."""
     if entry is None or entry.value is None:
         return None
     try:
