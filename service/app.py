@@ -646,9 +646,7 @@ class BatchProcessor:
                         break
                     output.origin = len(part.sources)  # a size refusal of its records dead-letters it
                     part.sources.append(message)
-                    if outcome.dlq is not None:
-                        append(*outcome.dlq)
-                    for letter in outcome.row_letters:  # the bad rows of a message whose other rows follow
+                    for letter in outcome.letters:  # the message's, or its bad rows' (its other rows follow)
                         append(*letter)
                     for record in encoded:  # type: ignore[union-attr]
                         append(*record)
