@@ -9,7 +9,10 @@ Layout, per format id::
 Each expected line is a compact projection of a canonical record (see :func:`project`):
 the input ``line``, ``topic``, ``key`` payload, and the value payload without
 ``source.version``, plus ``fields``: the after-row Connect fields as ``name:type[/logical]``.
-Lines that fail are expected as ``{"line": N, "error_class": ..., "field": ...}``.
+Lines that fail are expected as ``{"line": N, "error_class": ..., "field": ...}``. As the worker
+and ``cdcnorm transform`` do (``Pipeline.process_rows``), the rows of a multi-row message that
+decode are expected as records, followed by ``{"line": N, "row": R, "error_class": ..., "field":
+...}`` for each row R that does not.
 
 Vector files are copied unmodified, so the loader (not the decoder) handles their quirks,
 driven by reserved keys in ``<case>.options.json`` (removed before the decoder sees them):
@@ -165,11 +168,15 @@ def run_case(case: Case) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     for number, key, payload in iter_messages(case, decoder.binary):
         try:
-            records = pipeline.process(Message(value=payload, key=key, topic=case.name, offset=number - 1))
+            processed = pipeline.process_rows(Message(value=payload, key=key, topic=case.name, offset=number - 1))
         except DecodeError as exc:
             results.append({"line": number, "error_class": type(exc).__name__, "field": exc.field})
             continue
-        results.extend({"line": number, **project(r)} for r in records)
+        results.extend({"line": number, **project(r)} for r in processed.records)
+        results.extend(
+            {"line": number, "row": exc.row, "error_class": type(exc).__name__, "field": exc.field}
+            for exc in processed.row_errors
+        )
     return results
 
 

@@ -22,13 +22,17 @@ from transforms.connect import Column, ConnectType, Logical
 from transforms.decoders import Message, create_decoder
 from transforms.decoders.connect_json import infer_columns as connect_infer_columns
 from transforms.decoders.schemaless_json import (
+    INFERRED_TYPES_NAMESPACE,
     ColumnMemory,
     SchemalessShapes,
+    dump_types,
     infer_images,
     infer_value,
+    load_types,
     widen,
 )
 from transforms.envelope import EmitOptions, OutRecord, emit
+from transforms.metadata import InMemoryMetadataStore
 
 INT = "int64"
 DOUBLE = "double"
@@ -149,6 +153,40 @@ def test_the_memory_is_bounded_by_tables_and_columns() -> None:
     _types(memory, "b", {f"d{i}": 1 for i in range(6)})  # b alone over the budget: it starts over
     assert memory.weight <= 5
     assert _types(memory, "a", {"x": 2.5}) == [DOUBLE]  # a dropped table infers afresh
+
+
+def test_every_inferred_type_is_kept_by_its_kind() -> None:
+    """The store's kinds name every type the inference gives: each column and each join."""
+    for a in COLUMNS:
+        for b in COLUMNS:
+            for col in (a, widen(a, b)):
+                assert load_types(dump_types({"c": col})) == {"c": col}
+    with pytest.raises(ValueError, match="the inference does not give"):
+        dump_types({"c": Column.decimal("c", 10, 2)})
+
+
+def test_the_memory_keeps_its_types_in_the_store() -> None:
+    """Widened types are written to the store at once; a memory that meets the table (a restart,
+    another replica, after dropping it) reads them back; a write joins what the store holds."""
+    store = InMemoryMetadataStore()
+    first = ColumnMemory(store=store)
+    assert _types(first, "t", {"k": 1, "v": None}) == [INT, STRING]
+    assert store.get(INFERRED_TYPES_NAMESPACE, '"t"') == {"k": "int64"}  # v is undecided: not kept
+    assert _types(first, "t", {"k": 2.5}) == [DOUBLE]
+    restarted = ColumnMemory(store=store)
+    assert _types(restarted, "t", {"k": 1, "v": None}) == [DOUBLE, STRING]
+    # another replica widens v meanwhile; the first memory's next write joins it
+    assert _types(restarted, "t", {"v": True}) == ["boolean"]
+    assert _types(first, "t", {"w": 1}) == [INT]
+    assert store.get(INFERRED_TYPES_NAMESPACE, '"t"') == {"k": "double", "v": "boolean", "w": "int64"}
+    assert _types(first, "t", {"v": None}) == ["boolean"]
+    # a dropped (or re-created) table is typed afresh, by every memory sharing the store
+    first.forget("t")
+    assert store.get(INFERRED_TYPES_NAMESPACE, '"t"') is None
+    assert _types(ColumnMemory(store=store), "t", {"k": 1}) == [INT]
+    # a document not understood (a newer version's kind) loses only that column
+    store.put(INFERRED_TYPES_NAMESPACE, '"u"', {"a": "int64", "b": "hyperloglog"})
+    assert _types(ColumnMemory(store=store), "u", {"a": 1.5, "b": 1}) == [DOUBLE, INT]
 
 
 _rows_of_abc = st.dictionaries(st.sampled_from("abcdef"), st.sampled_from([None, 1, 2.5, "x", 2**64]), max_size=4)
@@ -367,5 +405,27 @@ def test_property_types_only_widen_and_values_fit(format_id: str, connect_checke
             assert len(labels) == len(set(labels)), f"{name} went back: {labels}"
             assert len(labels) <= 3, f"{name} changed more than twice: {labels}"
         assert_connect_accepts(connect_checker, [r for out in records for r in out], f"{format_id} records")
+
+    check()
+
+
+@pytest.mark.parametrize("format_id", FORMATS)
+def test_property_a_restart_types_the_records_as_one_run(format_id: str) -> None:
+    """Decoders sharing a metadata store (a worker restarted halfway, the CLI's one store) write
+    byte-identical records to one decoder that reads every change: the inferred types live in
+    the store, not in the decoder."""
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(_changes, st.integers(min_value=0, max_value=8))
+    def check(changes: list[tuple[str, dict[str, Any], dict[str, Any]]], cut: int) -> None:
+        messages = [FORMATS[format_id](op, *_images(op, b, a)) for op, b, a in changes]
+        options = EmitOptions(prefix="p")
+        one = create_decoder(format_id, metadata=InMemoryMetadataStore())
+        whole = [emit(one.decode(m), options) for m in messages]
+        store = InMemoryMetadataStore()
+        halves = [emit(create_decoder(format_id, metadata=store).decode(m), options) for m in messages[:cut]]
+        restarted = create_decoder(format_id, metadata=store)
+        halves += [emit(restarted.decode(m), options) for m in messages[cut:]]
+        assert halves == whole
 
     check()

@@ -10,8 +10,9 @@ records without a key (spread over their topic's partitions) are compared as mul
 
 1. ``cdcnorm transform --config C --topic T --key-lines`` (the command itself, in this process)
    runs every file.
-2. Worker run B starts on the first half of every topic and stops; its Redis keys are deleted, so
-   the restarted worker rebuilds the decoders' state from the metadata log.
+2. Worker run B starts on the first half of every topic and stops; its Redis keys are deleted
+   (but those of the namespaces Redis alone keeps), so the restarted worker rebuilds the
+   decoders' state (table definitions, schemas, inferred types ...) from the metadata log.
 3. The second halves are produced; worker run A (a fresh app id, prefix and Redis prefix) runs
    everything in one go; then B runs again, from its committed offsets.
 4. A's records equal the CLI's (topic, key, value, headers), each entry's dead letters number the
@@ -34,6 +35,7 @@ import redis
 import yaml
 
 from service.local import create_topics
+from service.state import CACHE_ONLY_NAMESPACES
 from tests.goldens import DATA, SHARED, Case, cases, iter_messages
 from tests.service.harness import Record, WorkerProcess, read_topics
 from tests.service.test_integration import produce
@@ -42,16 +44,6 @@ from transforms.decoders import decoder_class
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
 Message = tuple[bytes | None, bytes | None]
-
-KNOWN_RESTART_DIVERGENCE = frozenset({
-    "debezium-json/schemaless-stable-inference", "maxwell-json/kafka-key", "shareplex-json/ops-flow",
-})
-"""Files whose records a worker restarted halfway still writes differently (open in issue 25): the
-memory of inferred column types (schemaless JSON: Debezium without schemas, Maxwell) lives in the
-decoder's process, so after a restart a column is typed afresh from the values seen since; a
-SharePlex UPDATE BEFORE row waits for its UPDATE AFTER in Redis only (``CACHE_ONLY_NAMESPACES``),
-and this test deletes Redis at the restart."""
-
 
 def _messages(case: Case) -> list[Message]:
     binary = decoder_class(case.format_id).binary
@@ -227,13 +219,16 @@ def test_worker_equals_cdcnorm_transform_run_after_run_and_across_a_restart(
     config_a = _config(kafka_bootstrap, redis_url, f"{pa}:", pa, f"{pa}-group", _with_prefix(entries, pa))
     config_b = _config(kafka_bootstrap, redis_url, f"{pb}:", pb, f"{pb}-group", _with_prefix(entries, pb))
 
-    # B, first half; then it forgets Redis: the restart rebuilds the state from the metadata log
+    # B, first half; then it forgets what Redis caches: the restart rebuilds the decoders' state
+    # from the metadata log. What Redis alone holds by design (CACHE_ONLY_NAMESPACES: a SharePlex
+    # UPDATE BEFORE waiting for its UPDATE AFTER) it keeps, as a restarted pod finds it.
     half = sum(len(m) // 2 for m in messages.values())
     _run_worker(config_b, tmp_path / "b", "b1", half)
     client = redis.Redis.from_url(redis_url)
-    keys = list(client.scan_iter(match=f"{pb}:*", count=1000))
-    if keys:
-        client.delete(*keys)
+    kept = tuple(f"{pb}:meta:{namespace}:".encode() for namespace in CACHE_ONLY_NAMESPACES)
+    keys = [k for k in client.scan_iter(match=f"{pb}:*", count=1000) if not k.startswith(kept)]
+    assert keys, "run B wrote no state to Redis"
+    client.delete(*keys)
     for source in sources:
         msgs = messages[source]
         produce(kafka_bootstrap, source, msgs[len(msgs) // 2 :], partition=0)
@@ -291,13 +286,9 @@ def test_worker_equals_cdcnorm_transform_run_after_run_and_across_a_restart(
         assert all(t not in (pa, f"{pa}.transaction") for t, *_ in odd), odd  # schema changes, transactions
         topics = {k[0] for k in diffs} | {t for t, *_ in odd}
         diverging = sorted({str(all_cases[int(t[len(pa) + 2 : len(pa) + 5])]) for t in topics})
-        unexpected = [c for c in diverging if c not in KNOWN_RESTART_DIVERGENCE]
-        assert not unexpected, (
-            f"{len(diffs)} (topic, key)s differ between the two worker runs, of {unexpected}:\n" + "\n".join(detail)
+        assert not diverging, (
+            f"{len(diffs)} (topic, key)s differ between the two worker runs, of {diverging}:\n" + "\n".join(detail)
         )
-        if diverging:
-            pytest.xfail(f"a restart still changes the records of {diverging} (KNOWN_RESTART_DIVERGENCE):\n"
-                         + "\n".join(detail))
     finally:
         client.delete(*(list(client.scan_iter(match=f"{pa}:*", count=1000))
                         + list(client.scan_iter(match=f"{pb}:*", count=1000))) or ["-"])

@@ -52,7 +52,7 @@ class ArcionKafkaDecoder(Decoder):
     def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
         super().__init__(options, metadata)
         self._limits = JsonLimits(self.options.max_message_bytes, self.options.max_json_depth)
-        self._reader = ConnectEnvelopeReader(FORMAT_ID, limits=self._limits)
+        self._reader = ConnectEnvelopeReader(FORMAT_ID, limits=self._limits, store=self.metadata)
         self._fallback = TopicTables(_topic_table)
 
     def decode(self, message: Message) -> list[Event]:

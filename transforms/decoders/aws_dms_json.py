@@ -156,7 +156,7 @@ class AwsDmsJsonDecoder(Decoder):
     def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
         super().__init__(options, metadata)
         self._opts = self.options_as(AwsDmsJsonOptions)
-        self._shapes = SchemalessShapes()
+        self._shapes = SchemalessShapes(store=self.metadata)
         # (schema, table) -> (the stored document, the table it defines, its columns optional):
         # a cache of parsing; the metadata store holds the definitions
         self._definitions: LruCache[tuple[str | None, str], tuple[Any, TableSchema]] = LruCache(
@@ -303,6 +303,8 @@ class AwsDmsJsonDecoder(Decoder):
                 definition_doc = definition
         if table is not None:
             self._remember(schema, table, metadata["operation"], new_table, definition_doc)
+            if metadata["operation"] in ("create-table", "drop-table"):  # a new table: typed afresh
+                self._shapes.memory.forget((None, schema, table))
         return SchemaChangeEvent(
             db=None,
             schema=schema,

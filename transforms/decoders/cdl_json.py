@@ -140,7 +140,7 @@ class CdlJsonDecoder(Decoder):
         self._heartbeats = frozenset(n.strip() for n in (opts.heartbeat_tables or "").split(",") if n.strip())
         self._database = opts.database
         limits = JsonLimits(opts.max_message_bytes, opts.max_json_depth)
-        self._reader = ConnectEnvelopeReader(FORMAT_ID, column_map=cdl_column, limits=limits)
+        self._reader = ConnectEnvelopeReader(FORMAT_ID, column_map=cdl_column, limits=limits, store=self.metadata)
         # a message_version 1.0 schema's JSON text -> (the layout of its data/before struct or None,)
         self._v1_schemas: LruCache[bytes, tuple[RowLayout | None]] = LruCache(
             1024, 64 * 1024 * 1024, lambda key, _: len(key)

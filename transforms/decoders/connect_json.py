@@ -61,6 +61,7 @@ from transforms.envelope import (
     source_field_value,
 )
 from transforms.jsonio import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, JsonLimitError, loads_limited
+from transforms.metadata import MetadataStore
 from transforms.values import UNAVAILABLE, CoercionError, decimal_from_unscaled, infer_column
 
 if TYPE_CHECKING:
@@ -1058,6 +1059,7 @@ class ConnectEnvelopeReader:
         column_map: Callable[[Column], Column] | None = None,
         limits: JsonLimits = JsonLimits(),
         native: bool = False,
+        store: MetadataStore | None = None,
     ) -> None:
         self.connector = connector
         self.native = native
@@ -1090,7 +1092,8 @@ class ConnectEnvelopeReader:
             cache_size, 200_000, lambda _, hit: len(hit[0].columns) + 1
         )
         # the inferred column types of each table, kept stable across messages (see schemaless_json)
-        self.memory = ColumnMemory(4 * cache_size, 200_000)
+        # (in ``store``, the decoder's metadata store, too: a restart reads them back)
+        self.memory = ColumnMemory(4 * cache_size, 200_000, store)
 
     # -- caches ------------------------------------------------------------------------
 

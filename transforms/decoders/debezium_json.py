@@ -117,7 +117,7 @@ class DebeziumJsonDecoder(Decoder):
             EnvelopeKey(tuple(Column(n, ConnectType.STRING, False) for n in names)) if names else None
         )
         self._limits = JsonLimits(opts.max_message_bytes, opts.max_json_depth)
-        self._reader = ConnectEnvelopeReader(FORMAT_ID, limits=self._limits, native=True)
+        self._reader = ConnectEnvelopeReader(FORMAT_ID, limits=self._limits, native=True, store=self.metadata)
         self._fallback = TopicTables(lambda topic: table_fallback(opts.table, topic))
 
     def decode(self, message: Message) -> list[Event]:

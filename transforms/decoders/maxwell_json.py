@@ -149,7 +149,7 @@ class MaxwellJsonDecoder(Decoder):
     def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
         super().__init__(options, metadata)
         self._unsigned_mode = self.options_as(MaxwellJsonOptions).bigint_unsigned_handling_mode
-        self._shapes = SchemalessShapes()
+        self._shapes = SchemalessShapes(store=self.metadata)
         # (db, table) -> the BIGINT UNSIGNED columns of its last def (mirrors the metadata store)
         self._unsigned_columns: dict[tuple[str | None, str], frozenset[str]] = {}
 
@@ -322,6 +322,8 @@ class MaxwellJsonDecoder(Decoder):
             self._learn_unsigned(new_table.db, new_table.table, unsigned)
         elif change_type == "DROP" and is_table and table:
             self._learn_unsigned(database, table, frozenset())
+        if is_table and table and change_type in ("CREATE", "DROP"):  # a new table: typed afresh
+            self._shapes.memory.forget((database, None, table))
         ts_ms = optional_int(self, doc, "ts", payload)
         return SchemaChangeEvent(
             db=database,

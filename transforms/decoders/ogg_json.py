@@ -39,7 +39,7 @@ class OggJsonDecoder(Decoder):
 
     def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
         super().__init__(options, metadata)
-        self._shapes = SchemalessShapes()
+        self._shapes = SchemalessShapes(store=self.metadata)
 
     def decode(self, message: Message) -> list[Event]:
         if message.value is None:

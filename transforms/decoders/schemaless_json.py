@@ -27,8 +27,15 @@ changes at most twice after its first non-null value (e.g. int64 -> double -> st
 *undecided* and emitted as an optional string until a value arrives.
 
 The memory is per decoder (one per source topic) and per table, least recently used first out,
-bounded by tables and by their total columns (:class:`ColumnMemory`); a table it has dropped, or a
-restarted worker, infers afresh. The columns of a change are those of its images, in their order.
+bounded by tables and by their total columns (:class:`ColumnMemory`). Like every other fact a
+decoder learns, it is kept in the decoder's metadata store (namespace ``inferred.types``, one
+document per table: column name -> type), written whenever a table's types widen, before the
+change that widened them is emitted, and read back when a table is first met: by a restarted
+worker (from Redis or the metadata log), a replica that takes the partition over, the memory
+after it dropped the table, and ``cdcnorm transform`` (its in-memory store) alike. So the types of
+a partition's records depend on the partition's messages only, never on a restart in between.
+A write merges (:func:`widen`) with the stored document, so replicas reading other partitions of
+the same table only ever widen it. The columns of a change are those of its images, in their order.
 
 A column the table has but an image lacks is *absent* in that image and becomes
 :data:`~transforms.values.UNAVAILABLE`, never ``None``.
@@ -43,10 +50,13 @@ A column the table has but an image lacks is *absent* in that image and becomes
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
 import operator
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from decimal import Decimal
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -57,11 +67,13 @@ from transforms.decoders.base import Decoder, ValueConverter
 from transforms.decoders.cache import LruCache, TableCache
 from transforms.decoders.fields import INT64_MAX, INT64_MIN
 from transforms.decoders.rowplan import NotFast, fast_converter
+from transforms.metadata import MetadataStore
 from transforms.values import UNAVAILABLE, infer_column
 
 _TABLES = TableCache()
 
 __all__ = [
+    "INFERRED_TYPES_NAMESPACE",
     "ColumnMemory",
     "Inferred",
     "SchemalessShapes",
@@ -172,15 +184,99 @@ def infer_columns(images: Iterable[Mapping[str, Any] | None]) -> tuple[Column, .
 _MAX_RESOLVED = 16
 """Per table: the resolutions of its most recent shapes that are kept (see TableTypes.resolved)."""
 
+INFERRED_TYPES_NAMESPACE = "inferred.types"
+"""The metadata store namespace of the tables' inferred types (key: the table's names as JSON)."""
+
+log = logging.getLogger("cdcnorm.transforms.inference")
+
+_STORED_KINDS: dict[str, Column] = {
+    kind: replace(infer_column("", sample), name="")
+    for kind, sample in (
+        ("boolean", False),
+        ("int64", 0),
+        ("integer-decimal", 1 << 64),
+        ("variable-scale-decimal", Decimal("0.1")),
+        ("double", 0.0),
+        ("bytes", b""),
+        ("zoned-timestamp", dt.datetime(2000, 1, 1, tzinfo=dt.UTC)),
+        ("micro-timestamp", dt.datetime(2000, 1, 1)),
+        ("date", dt.date(2000, 1, 1)),
+        ("json", {}),
+        ("string-array", ["a"]),
+        ("string", ""),
+    )
+}
+"""Every column type the inference gives (:func:`infer_value` and :func:`widen` give no other),
+by the name it is stored under."""
+
+_KIND_OF = {col: kind for kind, col in _STORED_KINDS.items()}
+
+
+def dump_types(types: Mapping[str, Column]) -> dict[str, str]:
+    """A table's inferred types as the metadata store keeps them: column name -> kind.
+
+    >>> dump_types({"id": Column("id", ConnectType.INT64), "w": Column("w", ConnectType.FLOAT64)})
+    {'id': 'int64', 'w': 'double'}
+    """
+    out = {}
+    for name, col in types.items():
+        kind = _KIND_OF.get(replace(col, name=""))
+        if kind is None:  # not an inferred type: nothing to keep stable
+            raise ValueError(f"column {name!r} has a type the inference does not give: {col}")
+        out[name] = kind
+    return out
+
+
+def load_types(doc: Any) -> dict[str, Column]:
+    """The types of a stored document (:func:`dump_types`); entries that are not understood (a
+    newer version's kinds, a damaged document) are left out and inferred afresh.
+
+    >>> load_types({"id": "int64", "x": "no-such-kind"})
+    {'id': Column(name='id', type=<ConnectType.INT64: 'int64'>, optional=True, logical=None, params=(), fields=(), items=None, source_type=None, meta=())}
+    """
+    if not isinstance(doc, dict):
+        return {}
+    out = {}
+    for name, kind in doc.items():
+        col = _STORED_KINDS.get(kind) if isinstance(kind, str) else None
+        if col is None:
+            log.warning("inferred type of column %r not understood (%.60r): inferred afresh", name, kind)
+            continue
+        out[name] = replace(col, name=name)
+    return out
+
+
+def _joined(types: Mapping[str, Column], inferred: Inferred) -> tuple[tuple[Column, ...], dict[str, Column]]:
+    """The change's columns as ``types`` type them after widening by the change's, and the
+    widened entries (new or changed columns)."""
+    out = []
+    changes: dict[str, Column] = {}
+    undecided = inferred.undecided
+    for col in inferred.columns:
+        name = col.name
+        known = types.get(name)
+        if name in undecided:
+            out.append(col if known is None else known)
+            continue
+        if known is not None and known != col:
+            col = widen(known, col)
+        if col != known:
+            changes[name] = col
+        out.append(col)
+    return tuple(out), changes
+
 
 class TableTypes:
-    """The inferred column types of one table: each column's join of every value seen so far."""
+    """The inferred column types of one table: each column's join of every value seen so far,
+    kept in the metadata store when given one (``store``, under ``key``)."""
 
-    __slots__ = ("_memory", "_resets", "_resolved", "_resolved_weight", "types")
+    __slots__ = ("_key", "_memory", "_resets", "_resolved", "_resolved_weight", "_store", "types")
 
-    def __init__(self, memory: ColumnMemory | None) -> None:
+    def __init__(self, memory: ColumnMemory | None, store: MetadataStore | None = None, key: str = "") -> None:
         self._memory = memory  # None: not (or no longer) in a memory, nothing counted
-        self.types: dict[str, Column] = {}
+        self._store = store
+        self._key = key
+        self.types: dict[str, Column] = {} if store is None else load_types(store.get(INFERRED_TYPES_NAMESPACE, key))
         """Column name -> its type so far (decided columns only)."""
         self._resolved: dict[object, Any] = {}  # token -> resolved result
         self._resolved_weight = 0  # the columns of the kept resolutions
@@ -192,34 +288,43 @@ class TableTypes:
         return len(self.types) + self._resolved_weight
 
     def apply(self, inferred: Inferred) -> tuple[Column, ...]:
-        """The change's columns as the table types them, the table's types widened by the change's."""
+        """The change's columns as the table types them, the table's types widened by the change's.
+
+        Widened types are stored first (the store may raise StateStoreError: then nothing has
+        changed, and the message is retried), merged with what the store holds."""
         types = self.types
-        out = []
-        added = 0
-        changed = False
-        undecided = inferred.undecided
-        for col in inferred.columns:
-            name = col.name
-            known = types.get(name)
-            if name in undecided:
-                out.append(col if known is None else known)
-                continue
-            if known is None:
-                types[name] = col
-                added += 1
-                changed = True
-            elif known != col:
-                joined = widen(known, col)
-                if joined != known:
-                    types[name] = col = joined
-                    changed = True
-                else:
-                    col = known
-            out.append(col)
-        if changed:
-            self._forget_resolved()  # what was resolved against the old types is stale
-            self._count(added)
-        return tuple(out)
+        out, changes = _joined(types, inferred)
+        if not changes:
+            return out
+        if self._store is not None:
+            out, changes = self._save(out, changes, inferred)
+        added = sum(1 for name in changes if name not in types)
+        types.update(changes)
+        self._forget_resolved()  # what was resolved against the old types is stale
+        self._count(added)
+        return out
+
+    def _save(
+        self, out: tuple[Column, ...], changes: dict[str, Column], inferred: Inferred
+    ) -> tuple[tuple[Column, ...], dict[str, Column]]:
+        """Store the widened types, joined with the stored ones (another replica may have widened
+        the table meanwhile, from another partition); the change's columns and the table's
+        changes as the join types them."""
+        assert self._store is not None
+        stored = load_types(self._store.get(INFERRED_TYPES_NAMESPACE, self._key))
+        types = self.types
+        theirs = {n: c for n, c in stored.items() if types.get(n) != c}
+        if theirs:
+            base = dict(types)
+            for name, col in theirs.items():
+                known = base.get(name)
+                base[name] = col if known is None else widen(known, col)
+            out, changes = _joined(base, inferred)
+            changes = {**{n: c for n, c in base.items() if types.get(n) != c}, **changes}
+        merged = {**types, **changes}
+        if merged != stored:
+            self._store.put(INFERRED_TYPES_NAMESPACE, self._key, dump_types(merged))
+        return out, changes
 
     def resolved(self, token: object, inferred: Inferred, build: Callable[[tuple[Column, ...]], R]) -> R:
         """``build(self.apply(inferred))``, kept per ``token`` (an object standing for ``inferred``,
@@ -260,12 +365,14 @@ class TableTypes:
 class ColumnMemory:
     """One decoder's :class:`TableTypes` per table, bounded by tables and by their total weight
     (columns, and those of the resolutions each keeps): the least recently used table is dropped
-    first, and a table alone over the budget starts over."""
+    first, and a table alone over the budget starts over. With a ``store`` (the decoder's metadata
+    store) every table's types are kept there too, and read back when the table is met again."""
 
-    def __init__(self, max_tables: int = 4096, max_columns: int = 200_000) -> None:
+    def __init__(self, max_tables: int = 4096, max_columns: int = 200_000, store: MetadataStore | None = None) -> None:
         self._tables: OrderedDict[Hashable, TableTypes] = OrderedDict()
         self._max_tables = max_tables
         self._max_columns = max_columns
+        self._store = store
         self._weight = 0
 
     def __len__(self) -> int:
@@ -277,16 +384,33 @@ class ColumnMemory:
         return self._weight
 
     def table(self, ident: Hashable) -> TableTypes:
-        """The types of table ``ident`` (e.g. ``(db, schema, table)``), made the most recently used."""
+        """The types of table ``ident`` (e.g. ``(db, schema, table)``, whose JSON is its store key),
+        made the most recently used."""
         tables = self._tables
         entry = tables.get(ident)
         if entry is not None:
             tables.move_to_end(ident)
             return entry
-        entry = tables[ident] = TableTypes(self)
+        store = self._store
+        entry = TableTypes(self, store, "" if store is None else orjson.dumps(ident).decode())
+        tables[ident] = entry
+        self._count(entry, len(entry.types))
         while len(tables) > self._max_tables:
             self._drop_oldest()
         return entry
+
+    def forget(self, ident: Hashable) -> None:
+        """Forget table ``ident``'s types, in the store too (the table was dropped, or created anew:
+        its next values type it afresh)."""
+        store = self._store
+        if store is not None:
+            key = orjson.dumps(ident).decode()
+            if store.get(INFERRED_TYPES_NAMESPACE, key) is not None:
+                store.put(INFERRED_TYPES_NAMESPACE, key, None)
+        entry = self._tables.pop(ident, None)
+        if entry is not None:
+            self._weight -= entry.weight
+            entry._memory = None
 
     def _drop_oldest(self) -> None:
         _, dropped = self._tables.popitem(last=False)
@@ -497,11 +621,11 @@ class SchemalessShapes:
     types the columns as the table's memory does, and widens the memory), then ``shape.typed``.
     """
 
-    def __init__(self, max_shapes: int = 4096, max_names: int = 200_000) -> None:
+    def __init__(self, max_shapes: int = 4096, max_names: int = 200_000, store: MetadataStore | None = None) -> None:
         self._shapes: LruCache[tuple[ImageKey, ...], _Cached] = LruCache(
             max_shapes, max_names, lambda key, _: sum(len(k[0]) for k in key if k is not None) + 1
         )
-        self.memory = ColumnMemory(max_shapes, max_names)
+        self.memory = ColumnMemory(max_shapes, max_names, store)
 
     def infer(self, *images: Mapping[str, Any] | None) -> Shape:
         """:func:`infer_images` of the images, with a plan to type each."""
