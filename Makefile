@@ -3,7 +3,8 @@
 # requirements/dev.txt (the lock of every extra), then the project itself with --no-deps.
 # Both install the Debian packages they need when missing (as root: scripts/ensure-debian-packages):
 # `up` needs redis-server and a JDK; `test` also PostgreSQL 15 (the Debezium ground truth) and
-# Maven, which fetches the pinned Apache Kafka jars once (scripts/ensure-kafka; service/maven/).
+# Maven, which fetches the pinned Apache Kafka and Iceberg REST catalog jars once
+# (scripts/ensure-kafka, scripts/ensure-rest-catalog; service/maven/).
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -27,6 +28,7 @@ test: $(STAMP)
 	scripts/ensure-debian-packages redis postgres java maven
 	scripts/ensure-redis
 	scripts/ensure-kafka
+	scripts/ensure-rest-catalog
 	scripts/check-deploy-tools
 	$(BIN)/ruff check .
 	$(BIN)/mypy

@@ -41,6 +41,13 @@ class LocalBrokerKind(StrEnum):
     tansu = "tansu"
     kafka = "kafka"
 
+
+class LocalCatalogKind(StrEnum):
+    """The Iceberg catalog ``cdcnorm up`` writes through (service.up.CATALOGS)."""
+
+    hadoop = "hadoop"
+    rest = "rest"
+
 app = typer.Typer(
     name="cdcnorm",
     help="Normalize vendor CDC streams into canonical Debezium-envelope JSON.",
@@ -373,6 +380,11 @@ def up(
         typer.Option("--broker", help="The broker to start when none answers: tansu (light, memory only) or "
                      "kafka (Apache Kafka, KRaft; needs a JDK 17 and, once, Maven to fetch its jars)."),
     ] = LocalBrokerKind.tansu,
+    catalog: Annotated[
+        LocalCatalogKind,
+        typer.Option("--catalog", help="The Iceberg catalog the sink writes through: hadoop (a folder) or rest "
+                     "(Apache Iceberg's REST catalog server, started on loopback; needs a JDK 17 and, once, Maven)."),
+    ] = LocalCatalogKind.hadoop,
 ) -> None:
     """Run the pipeline locally on the sample messages of every format and print a summary.
 
@@ -399,6 +411,7 @@ def up(
                 prefix=topic_prefix,
                 with_sink=sink,
                 broker=broker.value,
+                catalog=catalog.value,
                 progress=lambda line: live.update(Text(line)),
                 log=lambda line: live.console.print(line),
             )
@@ -419,7 +432,7 @@ def up(
     console.print(f"broker: {result.context.broker}", markup=False, highlight=False)
     console.print(f"output topics ({len(result.output_topics)}): {', '.join(result.output_topics)}")
     if result.tables:
-        _print_tables(console, result.tables, f"Iceberg tables (warehouse {result.context.workdir / 'warehouse'})")
+        _print_tables(console, result.tables, f"Iceberg tables, read back through the {result.context.catalog}")
     started_broker = any(p.name in ("tansu", "kafka") for p in result.context.processes)
     where = "" if not started_broker else "  (the broker started by `up` is stopped now; rerun with --keep to look while it runs)"
     console.print(
@@ -607,7 +620,9 @@ def tables(
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
-    _print_tables(Console(), read_tables(sink_config, limit), f"Iceberg tables ({sink_config.warehouse_path()})")
+    cat = sink_config.catalog
+    where = sink_config.warehouse_path() if cat.type == "hadoop" else cat.properties.get("uri", cat.type)
+    _print_tables(Console(), read_tables(sink_config, limit), f"Iceberg tables ({cat.type} catalog {cat.name}: {where})")
 
 
 def main() -> None:

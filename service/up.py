@@ -14,8 +14,10 @@ Steps:
    (``cdcnorm worker``); show progress from its ``/metrics`` until every sample was read and
    nothing is in flight (``keep``: run on until Ctrl-C; ``duration_s``: stop then).
 4. With ``with_sink``, once every sample is through: run the Iceberg sink once over the normalized
-   data topics (``python -m sink --once``, a hadoop warehouse in the work directory) and read the
-   tables back (``sink.inspect``).
+   data topics (``python -m sink --once``) and read the tables back (``sink.inspect``) through the
+   catalog: a hadoop warehouse in the work directory (``catalog="hadoop"``, the default), or
+   Apache Iceberg's REST catalog server started with its state in the work directory
+   (``catalog="rest"``; jars fetched once from Maven Central, :mod:`service.local_catalog`).
 5. Return the counts per format (produced, messages in, records out, DLQ), the output topics and
    the tables.
 
@@ -42,7 +44,6 @@ from typing import Any
 import yaml
 
 from service.local import (
-    LocalBroker,
     LocalProcess,
     broker_reachable,
     create_topics,
@@ -52,7 +53,7 @@ from service.local import (
     start_redis,
 )
 
-__all__ = ["AFTER_START_HOOKS", "SAMPLES", "Sample", "UpContext", "UpResult", "load_samples", "run_up"]
+__all__ = ["AFTER_START_HOOKS", "CATALOGS", "SAMPLES", "Sample", "UpContext", "UpResult", "load_samples", "run_up"]
 
 SAMPLES = Path(__file__).parent / "samples"
 
@@ -104,9 +105,12 @@ class UpContext:
     prefix: str
     source_topics: dict[str, str]
     workdir: Path
-    processes: list[LocalBroker] = field(default_factory=list)
+    processes: list[Any] = field(default_factory=list)
+    """What ``up`` started (brokers, Redis, the worker, a catalog): each has ``name`` and ``stop()``."""
     broker: str = ""
     """What the broker is: its description when ``up`` started it, else the address given."""
+    catalog: str = ""
+    """The Iceberg catalog the sink wrote through (once it ran)."""
 
 
 AFTER_START_HOOKS: list[Callable[[UpContext], LocalProcess | None]] = []
@@ -125,9 +129,33 @@ class UpResult:
     sink_log: Path | None = None
 
 
-def run_sink_once(context: UpContext, topics: list[str], log: Callable[[str], None]) -> tuple[dict[str, Any], Path]:
+CATALOGS = ("hadoop", "rest")
+"""The Iceberg catalogs ``cdcnorm up`` writes through."""
+
+
+def start_catalog(context: UpContext, kind: str, log: Callable[[str], None]) -> dict[str, Any]:
+    """The sink's catalog section for a catalog of ``kind``; a REST catalog server is started
+    (and added to the context's processes, stopped at the end)."""
+    if kind == "hadoop":
+        return {"warehouse": str(context.workdir / "warehouse")}
+    if kind != "rest":
+        raise ValueError(f"unknown catalog {kind!r}; expected one of {', '.join(CATALOGS)}")
+    from service.local_catalog import start_rest_catalog
+
+    log("starting the Iceberg REST catalog (Apache Iceberg's RESTCatalogServer) on loopback")
+    server = start_rest_catalog(context.workdir / "rest", progress=log)
+    context.processes.append(server)
+    log(f"started {server.extra['description']}")
+    return server.section()
+
+
+def run_sink_once(
+    context: UpContext, topics: list[str], log: Callable[[str], None], catalog: str = "hadoop"
+) -> tuple[dict[str, Any], Path]:
     """Run the Iceberg sink over the normalized topics until drained, then read the tables back."""
-    warehouse = context.workdir / "warehouse"
+    section = start_catalog(context, catalog, log)
+    where = section["properties"]["uri"] if catalog == "rest" else section["warehouse"]
+    context.catalog = f"{catalog} catalog at {where}"
     config = {
         "topic_prefix": context.prefix,
         "broker": {"bootstrap_servers": context.bootstrap, "session_timeout_s": 6},
@@ -136,13 +164,13 @@ def run_sink_once(context: UpContext, topics: list[str], log: Callable[[str], No
             "topics": topics,
             "group_id": f"cdcnorm-up-sink-{context.workdir.name}",
             "trigger_interval_seconds": 2,
-            "catalog": {"warehouse": str(warehouse)},
+            "catalog": section,
         },
     }
     path = context.workdir / "sink.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     sink_log = context.workdir / "sink.log"
-    log(f"running the Iceberg sink over {len(topics)} normalized topics (warehouse: {warehouse}, log: {sink_log})")
+    log(f"running the Iceberg sink over {len(topics)} normalized topics ({context.catalog}, log: {sink_log})")
     with sink_log.open("ab") as out:
         proc = subprocess.run(
             [sys.executable, "-m", "sink", "--config", str(path), "--once"],
@@ -192,6 +220,7 @@ def run_up(
     keep: bool = False,
     prefix: str = "cdcnorm",
     broker: str = "tansu",
+    catalog: str = "hadoop",
     samples_dir: Path = SAMPLES,
     with_sink: bool = True,
     progress: Callable[[str], None] | None = None,
@@ -201,7 +230,7 @@ def run_up(
     from confluent_kafka import Producer
 
     workdir = Path(tempfile.mkdtemp(prefix="cdcnorm-up-"))
-    started: list[LocalBroker] = []
+    started: list[Any] = []
     run = uuid.uuid4().hex[:8]
     try:
         described = bootstrap or ""
@@ -300,7 +329,7 @@ def run_up(
         result = UpResult(rows, outputs, finished, context)
         if with_sink and finished:
             data_topics = [t for t in outputs if t not in (prefix, f"{prefix}.dlq", f"{prefix}.transaction")]
-            result.tables, result.sink_log = run_sink_once(context, data_topics, log)
+            result.tables, result.sink_log = run_sink_once(context, data_topics, log, catalog)
         return result
     finally:
         for service in reversed(started):

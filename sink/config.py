@@ -53,12 +53,28 @@ class JarSource(StrEnum):
 
 
 class CatalogConfig(_Strict):
-    """The Iceberg catalog. ``hadoop`` on a local folder by default; others via Spark conf."""
+    """The Iceberg catalog. ``hadoop`` on a local folder by default; others via Spark conf.
+
+    ``warehouse`` is a folder or URI for ``hadoop`` (a relative path is under the working
+    directory; default ``var/warehouse``). For the other types it is passed to the catalog as it
+    is (a REST catalog's warehouse: Polaris's catalog name, Glue's account id), and unset by
+    default: many REST catalogs need none.
+
+    >>> CatalogConfig(type="rest").warehouse, CatalogConfig().warehouse
+    ('', 'var/warehouse')
+    """
 
     name: str = Field("lake", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     type: str = Field("hadoop", description="hadoop | rest | hive | glue | custom (set catalog-impl in spark_conf)")
     warehouse: str = "var/warehouse"
     properties: dict[str, str] = Field(default_factory=dict, description="spark.sql.catalog.<name>.<key> values")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_default_warehouse_but_hadoop(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "warehouse" not in data and data.get("type", "hadoop") != "hadoop":
+            return {**data, "warehouse": ""}
+        return data
 
 
 class MaintenanceConfig(_Strict):

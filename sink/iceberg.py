@@ -208,8 +208,10 @@ def spark_conf(config: SinkConfig) -> dict[str, str]:
             conf[f"{prefix}.catalog-impl"] = "org.apache.iceberg.aws.glue.GlueCatalog"
         else:
             conf[f"{prefix}.type"] = cat.type
-    if cat.type == "hadoop" or cat.warehouse:
+    if cat.type == "hadoop":
         conf[f"{prefix}.warehouse"] = config.warehouse_path()
+    elif cat.warehouse:  # the catalog's own name for it (a REST catalog's warehouse), as given
+        conf[f"{prefix}.warehouse"] = cat.warehouse
     for key, value in cat.properties.items():
         conf[f"{prefix}.{key}"] = value
     if config.jar_source is JarSource.WHEEL:

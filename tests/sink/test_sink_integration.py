@@ -23,6 +23,7 @@ import yaml
 
 from service.local import LocalBroker, create_topics
 from tests.brokers import TEST_BROKER
+from tests.catalogs import TEST_CATALOG, TestCatalog, start_test_catalog
 from tests.sink.history import History, scripted_history
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -30,8 +31,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _config(tmp: Path, bootstrap: str, group: str, max_records: int, broker: dict[str, Any] | None = None,
-            **sink: Any) -> Path:
+def _config(tmp: Path, bootstrap: str, group: str, max_records: int, catalog: TestCatalog,
+            broker: dict[str, Any] | None = None, **sink: Any) -> Path:
     cfg = {
         "broker": {"bootstrap_servers": bootstrap, **(broker or {})},
         "topics": [{"name": "unused-source", "format": "canal-json"}],
@@ -40,7 +41,7 @@ def _config(tmp: Path, bootstrap: str, group: str, max_records: int, broker: dic
             "group_id": group,
             "trigger_interval_seconds": 2,
             "max_records_per_batch": max_records,
-            "catalog": {"warehouse": str(tmp / "warehouse")},
+            "catalog": catalog.section(),
             "maintenance": {"every_batches": 3, "expire_older_than_seconds": 0},
             **sink,
         },
@@ -91,16 +92,24 @@ def _assert_state(tables: dict[str, Any], history: History) -> None:
     assert events == sorted((r["msg"], r["n"]) for r in history.appended["events"])
 
 
-@pytest.mark.parametrize("group_protocol", ["classic", "consumer"])
+RUNS = sorted({("classic", TEST_CATALOG), ("consumer", TEST_CATALOG), ("classic", "hadoop")})
+"""(group protocol, catalog): both protocols on the tests' catalog (REST in CI), and the hadoop
+catalog's smoke test."""
+
+
+@pytest.mark.parametrize(("group_protocol", "catalog_kind"), RUNS)
 def test_sink_reaches_the_independently_computed_state(broker: LocalBroker, tmp_path: Path, group_protocol: str,
-                                                       request: pytest.FixtureRequest) -> None:
+                                                       catalog_kind: str, request: pytest.FixtureRequest) -> None:
     # the consumer protocol (KIP-848) needs Apache Kafka: with CDCNORM_TEST_BROKER=tansu it gets one of its own
     bootstrap = broker.address
     if group_protocol == "consumer" and TEST_BROKER != "kafka":
         bootstrap = request.getfixturevalue("apache_kafka_bootstrap")
+    catalog = start_test_catalog(tmp_path / "catalog", catalog_kind)
+    request.addfinalizer(catalog.stop)
     history = scripted_history(n_keys=30, n_changes=600, seed=11)
-    group, db, settings = f"sink-it-{group_protocol}", f"it_{group_protocol}", {"group_protocol": group_protocol}
-    config = _produce_as(bootstrap, history, db, tmp_path, group, max_records=250, broker=settings)
+    group, db = f"sink-it-{group_protocol}-{catalog_kind}", f"it_{group_protocol}_{catalog_kind}"
+    settings = {"group_protocol": group_protocol}
+    config = _produce_as(bootstrap, history, db, tmp_path, group, max_records=250, catalog=catalog, broker=settings)
     proc = _run(config, "sink", "--once")
     print(proc.stdout[-2000:])
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -112,7 +121,7 @@ def test_sink_reaches_the_independently_computed_state(broker: LocalBroker, tmp_
     _assert_state(tables, history)
     # replay: a new consumer group re-reads everything; the tables must not change (it takes
     # them over: a table belongs to one sink's group, README "One sink per table")
-    replay = _config(tmp_path, bootstrap, f"{group}-replay", max_records=250, broker=settings,
+    replay = _config(tmp_path, bootstrap, f"{group}-replay", max_records=250, catalog=catalog, broker=settings,
                      take_over_tables_from=group)
     replay.write_text(replay.read_text().replace(r"cdcnorm\.shop\..*", rf"cdcnorm\.{db}\..*"))
     proc = _run(replay, "sink", "--once")
@@ -123,7 +132,7 @@ def test_sink_reaches_the_independently_computed_state(broker: LocalBroker, tmp_
 
 
 def _produce_as(bootstrap: str, history: History, db: str, tmp: Path, group: str, max_records: int,
-                broker: dict[str, Any] | None = None, **sink: Any) -> Path:
+                catalog: TestCatalog, broker: dict[str, Any] | None = None, **sink: Any) -> Path:
     """Produce ``history`` with its tables moved to database ``db`` (topics of this test only) on
     2 partitions; returns a sink config reading them."""
     for e in history.events:
@@ -136,7 +145,7 @@ def _produce_as(bootstrap: str, history: History, db: str, tmp: Path, group: str
     for r in records:
         producer.produce(r.topic, key=r.key_bytes(), value=r.value_bytes())
     assert producer.flush(30) == 0
-    config = _config(tmp, bootstrap, group, max_records=max_records, broker=broker, **sink)
+    config = _config(tmp, bootstrap, group, max_records=max_records, catalog=catalog, broker=broker, **sink)
     config.write_text(config.read_text().replace(r"cdcnorm\.shop\..*", rf"cdcnorm\.{db}\..*"))
     return config
 
@@ -145,10 +154,10 @@ def _assert_state_of(config: Path, db: str, history: History) -> None:
     _assert_state({k.replace(f"{db}.", "shop."): v for k, v in _tables(config).items()}, history)
 
 
-def test_sink_crash_between_iceberg_and_offset_commit(broker: LocalBroker, tmp_path: Path) -> None:
+def test_sink_crash_between_iceberg_and_offset_commit(broker: LocalBroker, tmp_path: Path, catalog: TestCatalog) -> None:
     history = scripted_history(n_keys=25, n_changes=500, seed=5)
     # keep this run's topics apart from the other tests'
-    config = _produce_as(broker.address, history, "crash", tmp_path, "sink-crash", max_records=200)
+    config = _produce_as(broker.address, history, "crash", tmp_path, "sink-crash", max_records=200, catalog=catalog)
     crashes = [
         {"CDCNORM_CRASH_POINT": "after-iceberg-commit", "CDCNORM_CRASH_AFTER": "1"},
         {"CDCNORM_CRASH_POINT": "between-table-commits", "CDCNORM_CRASH_AFTER": "2"},
@@ -162,13 +171,14 @@ def test_sink_crash_between_iceberg_and_offset_commit(broker: LocalBroker, tmp_p
     _assert_state_of(config, "crash", history)
 
 
-def test_sink_with_a_commit_interval_killed_after_a_kafka_commit(broker: LocalBroker, tmp_path: Path) -> None:
+def test_sink_with_a_commit_interval_killed_after_a_kafka_commit(broker: LocalBroker, tmp_path: Path,
+                                                                 catalog: TestCatalog) -> None:
     """With ``commit_interval_seconds`` a topic's records wait in Kafka between its reads (``--once``
     reads them when nothing else is left); killed after a batch's Kafka commit, a restart reads
     the rest from the committed offsets: the tables equal the history."""
     history = scripted_history(n_keys=25, n_changes=500, seed=8)
     config = _produce_as(broker.address, history, "waiting", tmp_path, "sink-waiting", max_records=120,
-                         commit_interval_seconds=3600)
+                         catalog=catalog, commit_interval_seconds=3600)
     proc = _run(config, "sink", "--once", env={"CDCNORM_CRASH_POINT": "after-kafka-commit", "CDCNORM_CRASH_AFTER": "3"})
     print(proc.stdout[-1500:])
     assert proc.returncode == -9, proc.stdout[-2000:] + proc.stderr[-2000:]
