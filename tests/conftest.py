@@ -11,9 +11,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.catalogs import TestCatalog
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -132,3 +135,13 @@ def assert_connect_accepts(checker: Any, records: Iterable[Any], what: str = "re
             lines.append(f"  {topic}: {verdict.stage}: {verdict.error}\n    value {text[:600]}")
         raise AssertionError("\n".join(lines))
     return len(triples)
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Iterator[TestCatalog]:
+    """The test's own Iceberg catalog: a REST catalog server (or a hadoop folder), :mod:`tests.catalogs`."""
+    from tests.catalogs import start_test_catalog
+
+    started = start_test_catalog(tmp_path / "catalog")
+    yield started
+    started.stop()

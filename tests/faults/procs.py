@@ -26,6 +26,7 @@ import yaml
 
 from service.local import create_topics, wait_for
 from service.local_kafka import KafkaCluster
+from tests.catalogs import TestCatalog
 from tests.service.harness import ROOT, WorkerProcess
 
 __all__ = [
@@ -266,8 +267,8 @@ def run_until_committed(config: dict[str, Any], workdir: Path, run: MidStream, e
         worker.stop()
 
 
-def sink_config(path: Path, bootstrap: str, pattern: str, group: str, warehouse: Path, **sink: Any) -> Path:
-    """Write a pipeline config with a ``sink:`` section; returns its path."""
+def sink_config(path: Path, bootstrap: str, pattern: str, group: str, catalog: TestCatalog, **sink: Any) -> Path:
+    """Write a pipeline config with a ``sink:`` section writing through ``catalog``; returns its path."""
     cfg = {
         "broker": {"bootstrap_servers": bootstrap},
         "topics": [{"name": "unused-source", "format": "canal-json"}],
@@ -275,7 +276,7 @@ def sink_config(path: Path, bootstrap: str, pattern: str, group: str, warehouse:
             "topic_pattern": pattern,
             "group_id": group,
             "trigger_interval_seconds": 2,
-            "catalog": {"warehouse": str(warehouse)},
+            "catalog": catalog.section(),
             # short-lived JVMs: C1 only halves a cold sink run here (the sink's own UTC flag kept)
             "spark_conf": {"spark.driver.extraJavaOptions": "-Duser.timezone=UTC -XX:TieredStopAtLevel=1"},
             **sink,
@@ -459,7 +460,8 @@ def sink_batches(log: Path) -> list[tuple[int, int, int, int]]:
 
 
 def warehouse_files(warehouse: Path) -> dict[str, tuple[int, int]]:
-    """Per ``namespace.table`` of a hadoop-catalog warehouse: (metadata versions, data and
+    """Per ``namespace.table`` of a warehouse (tables at ``<namespace>/<table>``, as the hadoop
+    catalog and the REST catalog's JdbcCatalog place them): (metadata versions, data and
     delete files) on disk, committed or not (a kill mid-commit leaves uncommitted files). The
     table of deleted keys (``sink.deleted_keys_table``) is left out: its files are written
     before the tables' commits."""
@@ -471,7 +473,7 @@ def warehouse_files(warehouse: Path) -> dict[str, tuple[int, int]]:
         if f"{meta.parent.parent.name}.{meta.parent.name}" == memory:
             continue
         name = f"{meta.parent.parent.name}.{meta.parent.name}"
-        versions = len(list(meta.glob("v*.metadata.json")))
+        versions = len(list(meta.glob("*.metadata.json")))  # hadoop: v<N>.; JdbcCatalog: <N>-<uuid>.
         files = len(list((meta.parent / "data").glob("*.parquet")))
         out[name] = (versions, files)
     return out

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from service.local import LocalBroker, create_topics, wait_for
+from tests.catalogs import TestCatalog  # the catalog is not what this test is about: hadoop
 from tests.faults.procs import (
     committed_offsets,
     kill_group,
@@ -61,7 +62,8 @@ def test_broker_outage_worker_and_sink_reconnect_without_loss(
     config = worker_config(bootstrap, redis_url, f"{prefix}:", prefix, [{"name": source, "format": "canal-json"}])
     group = config["worker"]["app_id"]
     sink_group = f"{prefix}-sink"
-    sink_cfg = sink_config(tmp_path / "sink.yaml", bootstrap, rf"{prefix}\.{DB}\..*", sink_group, tmp_path / "warehouse",
+    sink_cfg = sink_config(tmp_path / "sink.yaml", bootstrap, rf"{prefix}\.{DB}\..*", sink_group,
+                           TestCatalog("hadoop", tmp_path),
                            trigger_interval_seconds=1)
     sink_log = tmp_path / "sink.log"
 

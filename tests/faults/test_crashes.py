@@ -21,6 +21,7 @@ import orjson
 import pytest
 
 from service.local import create_topics
+from tests.catalogs import TestCatalog
 from tests.faults.procs import (
     SinkResult,
     committed_offsets,
@@ -132,8 +133,9 @@ def crash_run(kafka_bootstrap: str, redis_url: str, tmp_path_factory: pytest.Tem
     print(f"counted: produced={stream.changes} {run.report.line()} dlq={run.dlq}")
 
     t3 = time.monotonic()
-    run.config_a = sink_config(tmp / "sink-a.yaml", kafka_bootstrap, run.pattern, f"{prefix}-sink-a", tmp / "warehouse-a",
-                               maintenance={"enabled": False})
+    # the crash-free reference on a hadoop catalog; the crashed sink (B) writes through the tests' catalog
+    run.config_a = sink_config(tmp / "sink-a.yaml", kafka_bootstrap, run.pattern, f"{prefix}-sink-a",
+                               TestCatalog("hadoop", tmp / "a"), maintenance={"enabled": False})
     run.sink_a = run_sink(run.config_a, "--once")
     run.seconds["sink"] = time.monotonic() - t3
     print(f"crash-free sink: exit={run.sink_a.returncode} batches={len(run.sink_a.batches)} read={run.sink_a.read} "
@@ -182,14 +184,16 @@ def _file_written(warehouse: Path, files: int) -> Callable[[], bool]:
     return lambda: _on_disk(warehouse)[1] > files
 
 
-def test_sink_sigkill_at_five_points_matches_a_crash_free_run(crash_run: CrashRun, kafka_bootstrap: str) -> None:
+def test_sink_sigkill_at_five_points_matches_a_crash_free_run(crash_run: CrashRun, kafka_bootstrap: str,
+                                                               catalog: TestCatalog) -> None:
     run = crash_run
     assert run.tmp is not None and run.config_a is not None and run.sink_a is not None
     assert run.sink_a.returncode == 0, run.sink_a.stderr[-3000:]
     per_batch = max(500, run.report.records // 4 if run.report else 20_000)
-    warehouse = run.tmp / "warehouse-b"
+    warehouse = catalog.warehouse
+    print(f"sink B writes through a {catalog.kind} catalog (warehouse {warehouse})")
     config_b = sink_config(run.tmp / "sink-b.yaml", kafka_bootstrap, run.pattern, f"{run.prefix}-sink-b",
-                           warehouse, max_records_per_batch=per_batch,
+                           catalog, max_records_per_batch=per_batch,
                            maintenance={"every_batches": 1, "expire_older_than_seconds": 0})
     rnd = random.Random(SEED + 1)
     read_before_final = 0

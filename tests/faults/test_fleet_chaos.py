@@ -46,6 +46,7 @@ from typing import Any
 import pytest
 
 from service.local import create_topics, wait_for
+from tests.catalogs import TestCatalog  # the catalog is not what this test is about: hadoop
 from tests.faults.procs import committed_offsets, read_warehouses, run_sink, sink_config, worker_config
 from tests.faults.workload import (
     CANAL,
@@ -298,7 +299,7 @@ def test_fleet_chaos_loses_nothing(kafka_bootstrap: str, redis_url: str, tmp_pat
     assert len(kills) >= 10 and generations >= KILLS // 2, "the schedule did not make the group rebalance"
 
     sink = sink_config(tmp_path / "sink.yaml", kafka_bootstrap, rf"{prefix}\.{DB}\..*", f"{prefix}-sink",
-                       tmp_path / "warehouse", maintenance={"enabled": False})
+                       TestCatalog("hadoop", tmp_path), maintenance={"enabled": False})
     result = run_sink(sink, "--once", timeout_s=400)
     print(f"sink: exit={result.returncode} batches={len(result.batches)} read={result.read} in {result.seconds:.1f}s")
     assert result.returncode == 0, result.stderr[-3000:]

@@ -60,6 +60,7 @@ import pytest
 from service.local import wait_for
 from service.local_kafka import KafkaCluster, start_kafka
 from service.maven import LocalServiceError
+from tests.catalogs import TestCatalog  # the catalog is not what this test is about: hadoop
 from tests.faults.procs import (
     committed_offsets,
     disk_batches,
@@ -334,7 +335,7 @@ def run_scenario(cluster: KafkaCluster, redis_url: str, tmp_path: Path, fault: F
           f"[{coordinator_partition(sink_group, offsets)}]); replication factor 3, min.insync.replicas 2")
 
     sink_cfg = sink_config(tmp_path / "sink.yaml", bootstrap, rf"{prefix}\.{DB}\..*", sink_group,
-                           tmp_path / "warehouse", maintenance={"enabled": False})
+                           TestCatalog("hadoop", tmp_path), maintenance={"enabled": False})
     sink_log = tmp_path / "sink.log"
     sink = start_sink(sink_cfg, env={"PYTHONUNBUFFERED": "1"}, log=sink_log)  # first: Spark starts slowest
     worker = WorkerProcess(config, tmp_path)

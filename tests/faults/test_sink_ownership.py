@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from service.local import create_topics, wait_for
+from tests.catalogs import TestCatalog
 from tests.faults.procs import (
     committed_offsets,
     kill_group,
@@ -45,7 +46,7 @@ def _error_line(log: Path) -> str:
 
 
 def test_a_second_sink_refuses_tables_another_group_owns_until_it_takes_them_over(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path, catalog: TestCatalog
 ) -> None:
     prefix = f"fo{uuid.uuid4().hex[:8]}"
     topics = [f"{prefix}.{DB}.{t}" for t in TABLES]
@@ -53,12 +54,12 @@ def test_a_second_sink_refuses_tables_another_group_owns_until_it_takes_them_ove
     stream = generate(CHANGES, KEYS_PER_TABLE, seed=61)
     create_topics(kafka_bootstrap, topics, partitions=PARTITIONS)
     thirds = [stream.messages[i * CHANGES // 3:(i + 1) * CHANGES // 3] for i in range(3)]
-    warehouse = tmp_path / "warehouse"
+    print(f"\nthe sinks write through a {catalog.kind} catalog")
     pattern = rf"{prefix}\.{DB}\..*"
     common: dict[str, Any] = {"trigger_interval_seconds": 1, "maintenance": {"enabled": False}}
-    config_a = sink_config(tmp_path / "sink-a.yaml", kafka_bootstrap, pattern, group_a, warehouse, **common)
-    config_b = sink_config(tmp_path / "sink-b.yaml", kafka_bootstrap, pattern, group_b, warehouse, **common)
-    config_c = sink_config(tmp_path / "sink-c.yaml", kafka_bootstrap, pattern, group_b, warehouse,
+    config_a = sink_config(tmp_path / "sink-a.yaml", kafka_bootstrap, pattern, group_a, catalog, **common)
+    config_b = sink_config(tmp_path / "sink-b.yaml", kafka_bootstrap, pattern, group_b, catalog, **common)
+    config_c = sink_config(tmp_path / "sink-c.yaml", kafka_bootstrap, pattern, group_b, catalog,
                            take_over_tables_from=group_a, **common)
     logs = {name: tmp_path / f"sink-{name}.log" for name in "abc"}
     env = {"PYTHONUNBUFFERED": "1"}

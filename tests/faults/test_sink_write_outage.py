@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from service.local import create_topics, free_port, wait_for
+from tests.catalogs import TestCatalog
 from tests.faults.procs import (
     committed_offsets,
     kill_group,
@@ -50,7 +51,8 @@ def _failures(port: int, **labels: str) -> float:
     return metric_total(body, "cdcnorm_sink_write_failures_total", **labels) if status == 200 else 0.0
 
 
-def test_sink_retries_an_unwritable_table_and_resumes_without_loss(kafka_bootstrap: str, tmp_path: Path) -> None:
+def test_sink_retries_an_unwritable_table_and_resumes_without_loss(kafka_bootstrap: str, tmp_path: Path,
+                                                                   catalog: TestCatalog) -> None:
     prefix = f"fw{uuid.uuid4().hex[:8]}"
     topics = [f"{prefix}.{DB}.{t}" for t in TABLES]
     group = f"{prefix}-sink"
@@ -59,8 +61,9 @@ def test_sink_retries_an_unwritable_table_and_resumes_without_loss(kafka_bootstr
     half = CHANGES // 2
     first_ends = produce_normalized(kafka_bootstrap, prefix, stream.messages[:half])
     port = free_port()
-    warehouse = tmp_path / "warehouse"
-    config = sink_config(tmp_path / "sink.yaml", kafka_bootstrap, rf"{prefix}\.{DB}\..*", group, warehouse,
+    warehouse = catalog.warehouse  # the REST catalog's server writes the metadata there, Spark the data
+    print(f"\nthe sink writes through a {catalog.kind} catalog")
+    config = sink_config(tmp_path / "sink.yaml", kafka_bootstrap, rf"{prefix}\.{DB}\..*", group, catalog,
                          trigger_interval_seconds=1, metrics_port=port, maintenance={"enabled": False},
                          write_retry={"initial_backoff_seconds": 0.5, "max_backoff_seconds": 4})
     log = tmp_path / "sink.log"

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from service.local import LocalBroker
 from tests.brokers import start_test_broker
-from tests.catalogs import TestCatalog, start_test_catalog
 
 
 @pytest.fixture(scope="module")
@@ -19,10 +17,3 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
     yield proc
     proc.stop()
 
-
-@pytest.fixture
-def catalog(tmp_path: Path) -> Iterator[TestCatalog]:
-    """The test's own Iceberg catalog: a REST catalog server (or a hadoop folder), :mod:`tests.catalogs`."""
-    started = start_test_catalog(tmp_path / "catalog")
-    yield started
-    started.stop()

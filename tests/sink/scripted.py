@@ -18,6 +18,7 @@ from service.local import LocalBroker, create_topics
 from sink.config import SinkConfig
 from sink.runner import MicroBatchSink
 from tests.brokers import start_test_broker
+from tests.catalogs import start_test_catalog
 from tests.sink.history import History
 from transforms.envelope import EmitOptions, emit
 
@@ -61,12 +62,19 @@ class ScriptedBroker:
         return {(tp.topic, tp.partition): tp.offset for tp in got if tp.offset > 0}
 
 
-def scripted_config(warehouse: Path, **sink: Any) -> SinkConfig:
+_SESSION_CATALOG: dict[str, Any] = {}
+"""The ``catalog`` section of the module's Spark session (set by its ``spark`` fixture): the
+session holds one catalog, so every scripted config of the module writes through it."""
+
+
+def scripted_config(**sink: Any) -> SinkConfig:
+    """A sink config on the module's Spark session's catalog (a test keeps apart by ``namespace``)."""
+    assert _SESSION_CATALOG, "the spark fixture (scripted_spark) sets the module's catalog"
     return SinkConfig.from_section({
         "topics": list(TOPICS),
         "trigger_interval_seconds": 0.2,
         "poll_timeout_seconds": 0.5,
-        "catalog": {"name": "dk", "warehouse": str(warehouse)},
+        "catalog": _SESSION_CATALOG,
         "maintenance": {"enabled": False},
         "group_id": f"scripted-{sink.get('namespace', 'sink')}",
         **sink,
@@ -75,11 +83,18 @@ def scripted_config(warehouse: Path, **sink: Any) -> SinkConfig:
 
 @pytest.fixture(scope="module", name="spark")
 def scripted_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    session = ice.build_spark(scripted_config(tmp_path_factory.mktemp("warehouse")))
+    """The module's Spark session, writing through its own catalog (the REST catalog server, or a
+    hadoop folder: :mod:`tests.catalogs`)."""
+    catalog = start_test_catalog(tmp_path_factory.mktemp("catalog"))
+    _SESSION_CATALOG.clear()
+    _SESSION_CATALOG.update(catalog.section("dk"))
+    session = ice.build_spark(scripted_config())
     try:
         yield session
     finally:
         session.stop()
+        catalog.stop()
+        _SESSION_CATALOG.clear()
 
 
 @pytest.fixture(name="broker")

@@ -64,8 +64,8 @@ def _state(spark: Any, sink: Any) -> tuple[dict[int, str], list[str]]:
 FINAL = ({1: "a2"}, ["one", "three", "two", "zero"])
 
 
-def _config(tmp_path: Path, namespace: str) -> Any:
-    return scripted_config(tmp_path, namespace=namespace, commit_interval_seconds=HOUR,
+def _config(namespace: str) -> Any:
+    return scripted_config(namespace=namespace, commit_interval_seconds=HOUR,
                            deleted_keys_table=f"{namespace}_meta.deleted_keys")
 
 
@@ -73,7 +73,7 @@ def test_topics_are_read_once_per_interval_and_their_records_wait_in_kafka(
     spark: Any, broker: ScriptedBroker, tmp_path: Path
 ) -> None:
     history = _history()
-    config = _config(tmp_path, "interval")
+    config = _config("interval")
     sink = scripted_sink(spark, config, broker)
     broker.feed(history, 0)
     report = sink.run_batch()  # a topic never read is due at once
@@ -99,7 +99,7 @@ def test_topics_are_read_once_per_interval_and_their_records_wait_in_kafka(
 
 def test_a_crash_while_topics_wait_loses_and_doubles_nothing(spark: Any, broker: ScriptedBroker, tmp_path: Path) -> None:
     history = _history()
-    config = _config(tmp_path, "crashed")
+    config = _config("crashed")
     sink = scripted_sink(spark, config, broker)
     for i in range(3):
         broker.feed(history, i)

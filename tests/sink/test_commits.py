@@ -40,7 +40,7 @@ def test_both_commit_paths_write_the_same_tables(
 ) -> None:
     history = resurrection_history()
     namespace = "compiled" if compiled else "stepwise"
-    config = scripted_config(tmp_path, namespace=namespace, deleted_keys_table=f"{namespace}_meta.deleted_keys")
+    config = scripted_config(namespace=namespace, deleted_keys_table=f"{namespace}_meta.deleted_keys")
     sink = scripted_sink(spark, config, broker, compiled=compiled)
     assert sink.tables is not None
     for i in range(len(history.batches)):
@@ -83,7 +83,7 @@ def test_a_longer_history_equals_its_state_on_the_py4j_path(spark: Any, broker: 
     test_sink_integration."""
     history = scripted_history(n_keys=12, n_changes=120, seed=3)
     history.batches = [history.events[i:i + 40] for i in range(0, len(history.events), 40)]
-    config = scripted_config(tmp_path, namespace="stepwise_long", deleted_keys_table="stepwise_long_meta.deleted_keys")
+    config = scripted_config(namespace="stepwise_long", deleted_keys_table="stepwise_long_meta.deleted_keys")
     sink = scripted_sink(spark, config, broker, compiled=False)
     assert sink.tables is not None
     for i in range(len(history.batches)):
@@ -103,7 +103,7 @@ def test_sinks_sharing_a_spark_context_share_one_compiled_helper(spark: Any, bro
     assert first._helper is second._helper
     history = resurrection_history()
     for n in ("shared_a", "shared_b"):
-        config = scripted_config(tmp_path / n, namespace=n, deleted_keys_table=f"{n}_meta.deleted_keys")
+        config = scripted_config(namespace=n, deleted_keys_table=f"{n}_meta.deleted_keys")
         sink = scripted_sink(spark, config, broker)
         assert sink.tables is not None
         for i in range(len(history.batches)):

@@ -39,17 +39,17 @@ def _want(state: dict[tuple[Any, ...], dict[str, Any]]) -> dict[int, str]:
     return {k[0]: row["customer"] for k, row in state.items()}
 
 
-def _config(tmp_path: Path, namespace: str, **sink: Any) -> Any:
+def _config(namespace: str, **sink: Any) -> Any:
     """One namespace and one deleted-keys memory per test (the Spark session and its warehouse
     are the module's)."""
-    return scripted_config(tmp_path, namespace=namespace, deleted_keys_table=f"{namespace}_meta.deleted_keys", **sink)
+    return scripted_config(namespace=namespace, deleted_keys_table=f"{namespace}_meta.deleted_keys", **sink)
 
 
 def test_a_stale_change_of_a_deleted_row_does_not_bring_it_back(spark: Any, broker: ScriptedBroker, tmp_path: Path) -> None:
     """Batch 1 updates id 1 (seq 5) and deletes it (seq 7); batch 2 replays the update seq 5: a
     row delta wrote batch 1, and the replay takes a MERGE that consults the remembered delete."""
     history = resurrection_history()
-    config = _config(tmp_path, "remembered")
+    config = _config("remembered")
     sink = scripted_sink(spark, config, broker)
     assert sink.tables is not None
     tid = sink.tables.table_id(("shop", "orders"))
@@ -85,7 +85,7 @@ def test_without_the_memory_the_stale_change_resurrects_the_row(spark: Any, brok
     """The control: with deleted_keys_retention_seconds 0 the replay of batch 2 brings id 1 back
     (the behaviour before deleted keys were remembered), so the test above tests something."""
     history = resurrection_history()
-    sink = scripted_sink(spark, _config(tmp_path, "forgetful", deleted_keys_retention_seconds=0), broker)
+    sink = scripted_sink(spark, _config("forgetful", deleted_keys_retention_seconds=0), broker)
     assert sink.tables is not None
     for i in range(2):
         broker.feed(history, i)
@@ -96,7 +96,7 @@ def test_without_the_memory_the_stale_change_resurrects_the_row(spark: Any, brok
 
 def test_maintenance_forgets_deleted_keys_after_the_retention(spark: Any, broker: ScriptedBroker, tmp_path: Path) -> None:
     history = resurrection_history()
-    config = _config(tmp_path, "expiring", deleted_keys_retention_seconds=3600)
+    config = _config("expiring", deleted_keys_retention_seconds=3600)
     sink = scripted_sink(spark, config, broker)
     assert sink.tables is not None
     broker.feed(history, 0)
@@ -114,7 +114,7 @@ def _each_batch(spark: Any, broker: ScriptedBroker, tmp_path: Path, history: His
                 ) -> Iterator[tuple[int, dict[str, Any], str, MicroBatchSink]]:
     """Run ``history`` batch by batch; yields after each: its index, the expected state, the
     table's id and the sink."""
-    sink = scripted_sink(spark, _config(tmp_path, namespace), broker)
+    sink = scripted_sink(spark, _config(namespace), broker)
     assert sink.tables is not None
     tid = sink.tables.table_id(("shop", table))
     for i, want in enumerate(history.states):
