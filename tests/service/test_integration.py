@@ -301,16 +301,22 @@ def run_up(*args: str) -> str:
 
 
 @pytest.mark.timeout(480)
-@pytest.mark.parametrize(("broker", "named"), [("tansu", "Tansu (memory only)"), ("kafka", "Apache Kafka 4.")])
-def test_cdcnorm_up_starts_its_own_broker(broker: str, named: str, redis_url: str) -> None:
-    """``make up``'s default (Tansu) and ``cdcnorm up --broker kafka``: the broker is started by
-    ``up`` itself (nothing answers at the address given), named in the summary, and stopped."""
+@pytest.mark.parametrize(("broker", "named", "catalog"), [
+    ("tansu", "Tansu (memory only)", "hadoop"),
+    ("kafka", "Apache Kafka 4.", "rest"),
+])
+def test_cdcnorm_up_starts_its_own_broker(broker: str, named: str, catalog: str, redis_url: str) -> None:
+    """``make up``'s default (Tansu, a hadoop catalog) and ``cdcnorm up --broker kafka --catalog
+    rest``: the broker (and the REST catalog server) are started by ``up`` itself (nothing answers
+    at the address given), named in the summary, and stopped; the tables are read back through
+    the catalog."""
     from service.local import free_port
 
-    out = run_up("--broker", broker, "--bootstrap", f"127.0.0.1:{free_port()}", "--redis-url", redis_url,
-                 "--topic-prefix", f"up{uuid.uuid4().hex[:6]}")
+    out = run_up("--broker", broker, "--catalog", catalog, "--bootstrap", f"127.0.0.1:{free_port()}",
+                 "--redis-url", redis_url, "--topic-prefix", f"up{uuid.uuid4().hex[:6]}")
     assert f"broker: {named}" in out, out[-3000:]
     assert "the broker started by `up` is stopped now" in out
+    assert f"Iceberg tables, read back through the {catalog} catalog at " in out, out[-3000:]
 
 
 @pytest.mark.timeout(480)
