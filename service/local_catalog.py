@@ -9,7 +9,7 @@ Why this one, of the three REST catalogs Maven Central serves:
   over a real catalog (a ``JdbcCatalog``), with the catalog's optimistic concurrency (a commit
   whose base is stale fails with ``CommitFailedException``, HTTP 409), which is what Polaris,
   Nessie, Lakekeeper and Glue's REST endpoint give their clients too;
-* it runs from 40 plain jars (82 MB) on the JDK the machine has, in ~2 s, with no setup: Nessie's
+* it runs from 37 plain jars (82 MB) on the JDK the machine has, in ~2 s, with no setup: Nessie's
   and Polaris's servers are Quarkus applications that need their own storage and realm or
   bootstrap configuration, and Polaris refuses ``file:`` warehouses unless told otherwise.
 
