@@ -33,9 +33,13 @@ _SOURCE = "CdcnormCommits.java"
 
 
 class Commits(Protocol):
-    def commit(self, table: tuple[str, str], jt: Any, files: TableFiles, key_ids: list[int], props: dict[str, str]) -> None:
-        """Commit ``files`` to the Java table ``jt`` in one snapshot carrying ``props``: a
-        ``RowDelta`` (equality deletes on ``key_ids``) when there are deletes, else an append."""
+    def commit(self, table: tuple[str, str], jt: Any, files: TableFiles, key_ids: list[int], props: dict[str, str],
+               validate_from: int | None) -> int:
+        """Commit ``files`` to the Java table ``jt`` in one ``RowDelta`` snapshot carrying
+        ``props`` (equality deletes on ``key_ids``); returns the snapshot's id. It fails
+        (``ValidationException``) when another writer added data or delete files after the
+        snapshot ``validate_from`` (``None``: since the table was created), the one the offsets
+        and sequences of ``props`` were read from; a compaction does not conflict."""
 
     def owner(self, jt: Any, key: str) -> str | None:
         """The table's property ``key``, its metadata read again first."""
@@ -47,16 +51,19 @@ class CompiledCommits:
     def __init__(self, spark: Any) -> None:
         self._helper = _compiled_helper(spark)
 
-    def commit(self, table: tuple[str, str], jt: Any, files: TableFiles, key_ids: list[int], props: dict[str, str]) -> None:
+    def commit(self, table: tuple[str, str], jt: Any, files: TableFiles, key_ids: list[int], props: dict[str, str],
+               validate_from: int | None) -> int:
         data, deletes = files.data, files.deletes
-        self._helper.commit(
+        snapshot: int = self._helper.commit(
             jt,
             None if data is None else data.path, 0 if data is None else data.size, None if data is None else data.footer,
             None if deletes is None else deletes.path, 0 if deletes is None else deletes.size,
             None if deletes is None else deletes.footer,
             ",".join(map(str, key_ids)),
             orjson.dumps(props).decode(),
+            -1 if validate_from is None else validate_from,
         )
+        return snapshot
 
     def owner(self, jt: Any, key: str) -> str | None:
         value: str | None = self._helper.refreshedProperty(jt, key)
@@ -109,22 +116,28 @@ class Py4jCommits:
         self._gateway = spark.sparkContext._gateway
         self._entries: dict[tuple[str, str], Any] = {}  # per table: its sink.datafiles.TableFiles
 
-    def commit(self, table: tuple[str, str], jt: Any, files: TableFiles, key_ids: list[int], props: dict[str, str]) -> None:
+    def commit(self, table: tuple[str, str], jt: Any, files: TableFiles, key_ids: list[int], props: dict[str, str],
+               validate_from: int | None) -> int:
         from sink.datafiles import TableFiles as Entries
 
         entries = self._entries.get(table)
         if entries is None or entries.table is not jt:
             entries = self._entries[table] = Entries(self._jvm, jt, gateway=self._gateway)
+        write = jt.newRowDelta()
         if files.deletes is not None:
-            write = jt.newRowDelta().addDeletes(entries.equality_delete_file(files.deletes, key_ids))
-            if files.data is not None:
-                write = write.addRows(entries.data_file(files.data))
-        else:
-            write = jt.newAppend().appendFile(entries.data_file(files.data))
+            write = write.addDeletes(entries.equality_delete_file(files.deletes, key_ids))
+        if files.data is not None:
+            write = write.addRows(entries.data_file(files.data))
+        if validate_from is not None:
+            write = write.validateFromSnapshot(validate_from)
+        always = self._jvm.org.apache.iceberg.expressions.Expressions.alwaysTrue()
+        write = write.conflictDetectionFilter(always).validateNoConflictingDataFiles().validateNoConflictingDeleteFiles()
         write = write.scanManifestsWith(in_this_thread(self._jvm))
         for k, v in props.items():
             write = write.set(k, v)
         write.commit()
+        snapshot: int = jt.currentSnapshot().snapshotId()
+        return snapshot
 
     def owner(self, jt: Any, key: str) -> str | None:
         jt.refresh()

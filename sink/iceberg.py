@@ -95,6 +95,10 @@ FILLED_COLUMN = "__cdc_filled"
 # per sequence class (sink.tasks.seq_class), the newest sequence the table has been given (rows,
 # deletes, truncates): a batch whose changes are all newer can skip the MERGE's comparison
 NEWEST_PROPERTY = "cdcnorm.newest"
+# the snapshot the commit's offsets and sequences were read from (its writer's view of the table):
+# the cdcnorm commits between it and this one, by another writer of the same group, are folded in
+# when the summary is read (_read_summary)
+BASE_PROPERTY = "cdcnorm.base"
 # Deleted keys: one table (sink.deleted_keys_table) holding, for every table of the sink, the keys
 # it deleted, each with the sequence of the delete and when the sink recorded it
 DELETED_KEYS_PROPERTY = "cdcnorm.deleted-keys"
@@ -113,6 +117,12 @@ _DISTRIBUTION_PROPERTIES = (
 
 class IncompatibleSchemaError(Exception):
     """A change's schema cannot be applied to the stored table (not a safe widening)."""
+
+
+class ConcurrentCommitError(Exception):
+    """Another writer (a second sink of the same group, during a rollout) committed to the table
+    after the snapshot this sink's offsets and sequences were read from: the batch is read again
+    and its offsets re-checked against the table (:meth:`sink.runner.MicroBatchSink.run`)."""
 
 
 class TableWriteError(Exception):
@@ -297,6 +307,8 @@ class _TableState:
     commits: int = 0
     truncated: tuple[str, int] | None = None  # the last truncate remembered: (sequence, epoch ms)
     summary_loaded: bool = False  # offsets, newest and truncated were read from the newest cdcnorm snapshot
+    # the snapshot those describe (read at, or committed by this sink); None: the table had none
+    snapshot_id: int | None = None
     offsets: dict[str, int] = field(default_factory=dict)  # "topic:partition" -> next offset not in the table
     # per sequence class, the newest sequence the table was given (None: not known, a table
     # written before cdcnorm.newest was recorded: worked out once, see newest_sequences)
@@ -638,29 +650,52 @@ class IcebergTables:
 
     def _read_summary(self, table: tuple[str, str], state: _TableState) -> None:
         """The offsets, newest sequences and remembered truncate of the table's newest cdcnorm
-        commit (the newest snapshot, going back past maintenance ones), into ``state``."""
+        commit (the newest snapshot, going back past maintenance ones), into ``state``. Its
+        writer read them at the snapshot it names (:data:`BASE_PROPERTY`); a cdcnorm commit by
+        another writer in between (possible only on the MERGE path, whose commit Spark makes) is
+        folded in: offsets and sequences only move forward."""
         jt = self._java(table)
-        summary = None
-        snapshot = jt.currentSnapshot() if jt is not None else None
-        while snapshot is not None:
-            found = snapshot.summary()
-            if found.get(OFFSETS_PROPERTY) is not None:
-                summary = {k: found.get(k) for k in (OFFSETS_PROPERTY, TRUNCATED_PROPERTY, NEWEST_PROPERTY)}
-                break
-            parent = snapshot.parentId()
-            snapshot = jt.snapshot(parent) if parent is not None else None
+        current = jt.currentSnapshot() if jt is not None else None
+        state.snapshot_id = None if current is None else current.snapshotId()
         state.summary_loaded = True
-        if summary is None:
+        found, snapshot = _cdcnorm_summary(jt, current)
+        if found is None:
             state.offsets = {}
-            if state.newest is None and (jt is None or jt.currentSnapshot() is None):
+            if state.newest is None and current is None:
                 state.newest = {}  # an empty table: nothing in it can be newer than a change
             return
-        state.offsets = orjson.loads(summary[OFFSETS_PROPERTY])
-        if summary[TRUNCATED_PROPERTY]:
-            truncated = orjson.loads(summary[TRUNCATED_PROPERTY])
+        offsets: dict[str, int] = orjson.loads(found[OFFSETS_PROPERTY])
+        newest: dict[str, str] | None = orjson.loads(found[NEWEST_PROPERTY]) if found[NEWEST_PROPERTY] else None
+        base = found[BASE_PROPERTY]
+        if base:
+            parent = snapshot.parentId()
+            between = jt.snapshot(parent) if parent is not None else None
+            while between is not None and str(between.snapshotId()) != base:
+                other = between.summary()
+                if other.get(OFFSETS_PROPERTY) is not None:
+                    for tp, offset in orjson.loads(other.get(OFFSETS_PROPERTY)).items():
+                        offsets[tp] = max(offset, offsets.get(tp, 0))
+                    if newest is not None and other.get(NEWEST_PROPERTY):
+                        _fold(newest, orjson.loads(other.get(NEWEST_PROPERTY)).values())
+                parent = between.parentId()
+                between = jt.snapshot(parent) if parent is not None else None
+        state.offsets = offsets
+        if found[TRUNCATED_PROPERTY]:
+            truncated = orjson.loads(found[TRUNCATED_PROPERTY])
             state.truncated = (truncated["seq"], int(truncated["at"]))
-        if summary[NEWEST_PROPERTY]:
-            state.newest = orjson.loads(summary[NEWEST_PROPERTY])
+        if newest is not None:
+            state.newest = newest
+
+    def _conflicting_commit(self, jt: Any, base: int | None) -> bool:
+        """Whether a cdcnorm commit landed on the table after the snapshot ``base`` (or ``base``
+        is no longer in its history): this sink's view of the table is out of date."""
+        snapshot = jt.currentSnapshot()
+        while snapshot is not None and snapshot.snapshotId() != base:
+            if snapshot.summary().get(OFFSETS_PROPERTY) is not None:
+                return True
+            parent = snapshot.parentId()
+            snapshot = jt.snapshot(parent) if parent is not None else None
+        return base is not None and snapshot is None
 
     def newest_sequences(self, table: tuple[str, str]) -> dict[str, str]:
         """Per sequence class, the newest sequence the table was given: recorded with each
@@ -700,14 +735,20 @@ class IcebergTables:
         }
         if truncated is not None:
             props[TRUNCATED_PROPERTY] = orjson.dumps({"seq": truncated[0], "at": truncated[1]}).decode()
+        if state.snapshot_id is not None:
+            props[BASE_PROPERTY] = str(state.snapshot_id)
         return props
 
-    def _committed(self, state: _TableState, props: dict[str, str], truncated: tuple[str, int] | None) -> None:
+    def _committed(self, state: _TableState, props: dict[str, str], truncated: tuple[str, int] | None,
+                   snapshot_id: int | None) -> None:
+        """The table's state after this sink's commit ``snapshot_id`` (``None``: a commit Spark
+        made, whose snapshot is looked up when the summary is next needed)."""
         state.commits += 1
         state.truncated = truncated
         state.offsets = orjson.loads(props[OFFSETS_PROPERTY])
         state.newest = orjson.loads(props[NEWEST_PROPERTY])
-        state.summary_loaded = True
+        state.summary_loaded = snapshot_id is not None
+        state.snapshot_id = snapshot_id
 
     # -- writes -------------------------------------------------------------------------
 
@@ -759,6 +800,10 @@ class IcebergTables:
         state = self._state[tid]
         if not state.summary_loaded:
             self._read_summary(batch.table, state)
+        if self._conflicting_commit(self._java(batch.table), state.snapshot_id):
+            # Spark's MERGE validates from the snapshot it reads, not from the one the batch's
+            # offsets were read from: a commit since then is found here, and the batch read again
+            raise TableWriteError(tid, ConcurrentCommitError(f"table {tid} changed since snapshot {state.snapshot_id}"))
         counts = {"upserts": 0, "deletes": 0, "appends": 0, "truncates": 0, "unkeyed": 0}
         truncated = self._truncate_watermark(state, batch.truncate_seq)
         newest: dict[str, str] = {}
@@ -804,7 +849,7 @@ class IcebergTables:
                     remembered.result()
             raise
         remembered_first()  # already done unless the batch wrote nothing; its failure is raised
-        self._committed(state, props, truncated)
+        self._committed(state, props, truncated, None)
         return counts
 
     def commit_files(self, table: tuple[str, str], files: TableFiles, offsets: dict[str, int], newest: dict[str, str]) -> bool:
@@ -826,10 +871,10 @@ class IcebergTables:
             truncated = self._truncate_watermark(state, None)
             props = self._commit_properties(state, offsets, newest, truncated)
             crash_point("mid-merge")
-            self.commits.commit(table, jt, files, key_ids, props)
+            snapshot = self.commits.commit(table, jt, files, key_ids, props, state.snapshot_id)
         except (Py4JError, PySparkException, OSError) as exc:
             raise TableWriteError(".".join(table), exc) from exc
-        self._committed(state, props, truncated)
+        self._committed(state, props, truncated, snapshot)
         return True
 
     def _truncate_watermark(self, state: _TableState, truncate_seq: str | None) -> tuple[str, int] | None:
@@ -1338,6 +1383,20 @@ def _stagger(name: str, every: int) -> int:
     True
     """
     return zlib.crc32(name.encode()) % every
+
+
+def _cdcnorm_summary(jt: Any, snapshot: Any) -> tuple[dict[str, str] | None, Any]:
+    """The cdcnorm properties of the newest snapshot from ``snapshot`` back that has them (past
+    maintenance's snapshots; ``""``: one it lacks), and that snapshot; ``(None, None)``: no
+    cdcnorm commit."""
+    while snapshot is not None:
+        found = snapshot.summary()
+        if found.get(OFFSETS_PROPERTY) is not None:
+            keys = (OFFSETS_PROPERTY, TRUNCATED_PROPERTY, NEWEST_PROPERTY, BASE_PROPERTY)
+            return {k: found.get(k) or "" for k in keys}, snapshot
+        parent = snapshot.parentId()
+        snapshot = jt.snapshot(parent) if parent is not None else None
+    return None, None
 
 
 def _fold(newest: dict[str, str], seqs: Any) -> None:

@@ -24,7 +24,7 @@ __all__ = ["Backoff", "describe_failure", "failure_reason", "is_retried"]
 _REASONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("permission-denied", ("Permission denied", "Operation not permitted", "AccessDenied", "Read-only file system")),
     ("no-space", ("No space left on device",)),
-    ("commit-conflict", ("CommitFailedException", "ValidationException", "Found conflicting")),
+    ("commit-conflict", ("CommitFailedException", "ValidationException", "Found conflicting", "ConcurrentCommitError")),
     ("commit-state-unknown", ("CommitStateUnknownException",)),
     ("io", ("IOException", "RuntimeIOException", "FileNotFoundException", "UncheckedIOException")),
 )

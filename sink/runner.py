@@ -30,6 +30,7 @@ import datetime as dt
 import functools
 import itertools
 import logging
+import random
 import signal
 import time
 from collections import deque
@@ -86,6 +87,12 @@ WRITE_FAILURES = Counter(
     "Failed attempts to write a micro-batch, by table ('-': not a table's write, e.g. the Kafka offset "
     "commit) and reason (permission-denied, no-space, commit-conflict, commit-state-unknown, io, kafka, error)",
     ["table", "reason"],
+)
+COMMIT_CONFLICTS = Counter(
+    "cdcnorm_sink_commit_conflicts_total",
+    "Micro-batches read again because another writer of the table (a second sink of the group, during a "
+    "rollout) committed to it first; its offsets are checked against the table before the retry",
+    ["table"],
 )
 LAG = Gauge(
     "cdcnorm_sink_lag",
@@ -283,6 +290,7 @@ class MicroBatchSink:
         self._batch_start: dict[TopicPartition, int] = {}  # the current batch's first offset per partition
         self._failed_attempts = 0  # consecutive failed attempts of the current batch
         self._failing_since: float | None = None  # when its first attempt failed (monotonic)
+        self._conflicts = 0  # consecutive attempts of the current batch that lost a commit race
         self.health = SinkHealth(config.liveness_stall_seconds)
         SINCE_PROGRESS.set_function(self.health.seconds_since_progress)
         self._lag_labels: set[TopicPartition] = set()
@@ -407,17 +415,30 @@ class MicroBatchSink:
 
     # -- retries ------------------------------------------------------------------------------
 
+    # a batch that lost this many commit races in a row is retried as a failed write (the back-off,
+    # /readyz, give_up_after_seconds): past this, something other than a rollout is writing
+    CONFLICTS_BEFORE_FAILING = 8
+
     def _retry_later(self, exc: Exception) -> None:
         """A micro-batch failed to write: say why (log, metrics, ``/readyz``), rewind its ranges,
         forget what is cached of the tables and their offsets (read again from Iceberg, where the
         tables that did commit recorded theirs), and wait the back-off. Raises ``exc`` once the
-        batch has failed for ``give_up_after_seconds``."""
+        batch has failed for ``give_up_after_seconds``. A lost commit race (another writer
+        committed to the table first) is not a failure: the batch is read again at once, after a
+        short random pause, its offsets checked against the table."""
+        table = getattr(exc, "table", "-")
+        reason = failure_reason(exc)
+        if reason == "commit-conflict" and self._conflicts < self.CONFLICTS_BEFORE_FAILING:
+            self._conflicts += 1
+            COMMIT_CONFLICTS.labels(table).inc()
+            log.info("table %s: another writer committed to it first (%s); the micro-batch is read again and "
+                     "what the table already holds skipped", table, describe_failure(exc))
+            self._read_again(random.uniform(0.05, 0.1 * 2 ** min(self._conflicts, 5)))
+            return
         now = time.monotonic()
         if self._failing_since is None:
             self._failing_since = now
         self._failed_attempts += 1
-        table = getattr(exc, "table", "-")
-        reason = failure_reason(exc)
         what = describe_failure(exc)
         WRITE_FAILURES.labels(table, reason).inc()
         WRITE_FAILING.set(1)
@@ -437,6 +458,11 @@ class MicroBatchSink:
             exc_info=self._failed_attempts == 1,
         )
         self.health.write_failed(f"table {table}: {reason}: {what}", delay)
+        self._read_again(delay)
+
+    def _read_again(self, delay: float) -> None:
+        """Rewind the batch's ranges, forget what is cached of the tables, wait ``delay`` seconds
+        (serving the group's callbacks)."""
         assert self.partitions is not None
         self.partitions.rewind(self._batch_start)
         self._known.clear()
@@ -457,6 +483,7 @@ class MicroBatchSink:
             )
         self._failed_attempts = 0
         self._failing_since = None
+        self._conflicts = 0
         WRITE_FAILING.set(0)
 
     # -- one batch --------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import org.apache.iceberg.MetricsConfig;
 import org.apache.iceberg.RowDelta;
 import org.apache.iceberg.SnapshotUpdate;
 import org.apache.iceberg.Table;
+import org.apache.iceberg.expressions.Expressions;
 import org.apache.iceberg.parquet.ParquetUtil;
 import org.apache.iceberg.relocated.com.google.common.util.concurrent.MoreExecutors;
 import org.apache.iceberg.shaded.org.apache.parquet.format.converter.ParquetMetadataConverter;
@@ -50,14 +51,21 @@ public class CdcnormCommits {
 
   /**
    * Commit a data file (``dataPath`` null: none) and an equality-delete file on the fields
-   * ``equalityIds`` (comma-separated; ``deletesPath`` null: none, an append) in one snapshot whose
-   * summary carries ``properties`` (a JSON object of strings). Returns the new snapshot's id.
+   * ``equalityIds`` (comma-separated; ``deletesPath`` null: none) in one snapshot whose summary
+   * carries ``properties`` (a JSON object of strings). Returns the new snapshot's id.
+   *
+   * <p>The commit fails with a ValidationException when another writer added data or delete files
+   * to the table after the snapshot ``validateFrom`` (-1: since the table was created), which is
+   * the snapshot the caller's offsets and sequences were read from: the caller reads them again
+   * and decides anew (sink/iceberg.py). Iceberg retries a commit that lost the catalog's race
+   * (CommitFailedException) on the new metadata, and this validation runs again there; a
+   * compaction (a "replace" snapshot) does not conflict.
    */
   public long commit(Table table, String dataPath, long dataSize, byte[] dataFooter,
                      String deletesPath, long deletesSize, byte[] deletesFooter, String equalityIds,
-                     String properties) throws IOException {
+                     String properties, long validateFrom) throws IOException {
     MetricsConfig config = MetricsConfig.forTable(table);
-    SnapshotUpdate update;
+    RowDelta delta = table.newRowDelta();
     if (deletesPath != null) {
       String[] parts = equalityIds.split(",");
       int[] ids = new int[parts.length];
@@ -67,14 +75,17 @@ public class CdcnormCommits {
       DeleteFile deletes = FileMetadata.deleteFileBuilder(table.spec()).ofEqualityDeletes(ids)
           .withPath(deletesPath).withFormat(FileFormat.PARQUET).withFileSizeInBytes(deletesSize)
           .withMetrics(metrics(deletesFooter, config)).build();
-      RowDelta delta = table.newRowDelta().addDeletes(deletes);
-      if (dataPath != null) {
-        delta = delta.addRows(dataFile(table, dataPath, dataSize, dataFooter, config));
-      }
-      update = delta;
-    } else {
-      update = table.newAppend().appendFile(dataFile(table, dataPath, dataSize, dataFooter, config));
+      delta = delta.addDeletes(deletes);
     }
+    if (dataPath != null) {
+      delta = delta.addRows(dataFile(table, dataPath, dataSize, dataFooter, config));
+    }
+    if (validateFrom >= 0) {
+      delta = delta.validateFromSnapshot(validateFrom);
+    }
+    delta = delta.conflictDetectionFilter(Expressions.alwaysTrue())
+        .validateNoConflictingDataFiles().validateNoConflictingDeleteFiles();
+    SnapshotUpdate update = delta;
     update = (SnapshotUpdate) update.scanManifestsWith(inThisThread);
     Map props = (Map) JsonUtil.mapper().readValue(properties, Map.class);
     for (Iterator it = props.entrySet().iterator(); it.hasNext();) {
