@@ -68,6 +68,15 @@ class CatalogConfig(_Strict):
     type: str = Field("hadoop", description="hadoop | rest | hive | glue | custom (set catalog-impl in spark_conf)")
     warehouse: str = "var/warehouse"
     properties: dict[str, str] = Field(default_factory=dict, description="spark.sql.catalog.<name>.<key> values")
+    table_location: str = Field(
+        "",
+        description=(
+            "Where the sink creates its tables, as a URI (s3://bucket/lake, file:/data/lake): each new table at "
+            "<table_location>/<namespace>/<table>, sent to the catalog with the CREATE. For a catalog that "
+            "assigns no location itself (a REST catalog without a warehouse location, Glue without a default). "
+            "Empty: the catalog's default location."
+        ),
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -628,7 +628,8 @@ class IcebergTables:
         }
         props_sql = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
         props_sql += f", '{OWNER_PROPERTY}'={_sql_string(self.config.group_id)}"
-        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {tid} ({', '.join(defs)}) USING iceberg TBLPROPERTIES ({props_sql})")
+        location = self._location_clause(self.config.namespace or table[0], table[1])
+        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {tid} ({', '.join(defs)}) USING iceberg{location} TBLPROPERTIES ({props_sql})")
         self._verify_owner(self._java(table), tid)  # another sink may have created it first
         if key and self.config.write_mode is WriteMode.COPY_ON_WRITE:
             # Iceberg 1.9.2 on Spark 3.5 fails merge-on-read writes to tables with identifier
@@ -1039,6 +1040,12 @@ class IcebergTables:
                 self._deleted_keys = (jt.location(), self.jvm.org.apache.iceberg.SchemaParser.toJson(jt.schema()))
             return self._deleted_keys
 
+    def _location_clause(self, namespace: str, name: str) -> str:
+        """`` LOCATION '<sink.catalog.table_location>/<namespace>/<name>'``, or nothing when the
+        catalog places its tables itself."""
+        base = self.config.catalog.table_location.rstrip("/")
+        return f" LOCATION {_sql_string(f'{base}/{namespace}/{name}')}" if base else ""
+
     def _create_deleted_keys(self) -> None:
         ns = self.config.deleted_keys_table.rsplit(".", 1)[0]
         side = self.deleted_keys_id()
@@ -1058,7 +1065,8 @@ class IcebergTables:
         }
         props_sql = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
         self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(self.config.catalog.name)}.{quote(ns)}")
-        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {side} ({', '.join(defs)}) USING iceberg TBLPROPERTIES ({props_sql})")
+        location = self._location_clause(ns, self.config.deleted_keys_table.rsplit(".", 1)[1])
+        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {side} ({', '.join(defs)}) USING iceberg{location} TBLPROPERTIES ({props_sql})")
         log.info("created table %s: the deleted keys of every table", side)
 
     def remember_deleted_keys(self, files: list[Any]) -> None:
