@@ -31,6 +31,7 @@ __all__ = [
     "broker_reachable",
     "create_topics",
     "free_port",
+    "log_tail",
     "port_open",
     "redis_reachable",
     "start_broker",
@@ -46,6 +47,13 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def log_tail(path: Path | None, lines: int = 40) -> str:
+    """The last ``lines`` lines of a local service's log (``""``: no log yet)."""
+    if path is None or not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def wait_for(check: Any, timeout_s: float, what: str, interval_s: float = 0.1) -> None:
@@ -97,9 +105,7 @@ class LocalProcess:
             self.process.send_signal(signal.SIGCONT)
 
     def log_tail(self, lines: int = 40) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
 
 class LocalBroker(Protocol):

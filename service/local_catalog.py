@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from service.local import free_port
+from service.local import free_port, log_tail
 from service.maven import LocalServiceError, fetch_artifacts, java_command
 
 __all__ = ["POM", "SERVER_CLASS", "RestCatalog", "start_rest_catalog"]
@@ -76,9 +76,7 @@ class RestCatalog:
         return self.process.poll() is None
 
     def log_tail(self, lines: int = 40) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
     @staticmethod
     def section_for(uri: str, name: str = "lake") -> dict[str, Any]:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from service.local import free_port, port_open, wait_for
+from service.local import free_port, log_tail, port_open, wait_for
 from service.maven import LocalServiceError, fetch_artifacts, java_command, pom_path
 
 __all__ = ["KAFKA_VERSION", "KafkaCluster", "KafkaNode", "kafka_version", "new_cluster_id", "start_kafka"]
@@ -102,9 +102,7 @@ class KafkaNode:
         return self.process is not None and self.process.poll() is None
 
     def log_tail(self, lines: int = 40) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
     @property
     def started(self) -> bool:

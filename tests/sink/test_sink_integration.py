@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _config(tmp: Path, bootstrap: str, group: str, max_records: int, catalog: TestCatalog,
-            broker: dict[str, Any] | None = None, **sink: Any) -> Path:
+            broker: dict[str, Any] | None = None, catalog_section: dict[str, Any] | None = None, **sink: Any) -> Path:
     cfg = {
         "broker": {"bootstrap_servers": bootstrap, **(broker or {})},
         "topics": [{"name": "unused-source", "format": "canal-json"}],
@@ -41,7 +41,7 @@ def _config(tmp: Path, bootstrap: str, group: str, max_records: int, catalog: Te
             "group_id": group,
             "trigger_interval_seconds": 2,
             "max_records_per_batch": max_records,
-            "catalog": catalog.section(),
+            "catalog": catalog_section or catalog.section(),
             "maintenance": {"every_batches": 3, "expire_older_than_seconds": 0},
             **sink,
         },
@@ -132,7 +132,8 @@ def test_sink_reaches_the_independently_computed_state(broker: LocalBroker, tmp_
 
 
 def _produce_as(bootstrap: str, history: History, db: str, tmp: Path, group: str, max_records: int,
-                catalog: TestCatalog, broker: dict[str, Any] | None = None, **sink: Any) -> Path:
+                catalog: TestCatalog, broker: dict[str, Any] | None = None, catalog_section: dict[str, Any] | None = None,
+                **sink: Any) -> Path:
     """Produce ``history`` with its tables moved to database ``db`` (topics of this test only) on
     2 partitions; returns a sink config reading them."""
     for e in history.events:
@@ -145,7 +146,8 @@ def _produce_as(bootstrap: str, history: History, db: str, tmp: Path, group: str
     for r in records:
         producer.produce(r.topic, key=r.key_bytes(), value=r.value_bytes())
     assert producer.flush(30) == 0
-    config = _config(tmp, bootstrap, group, max_records=max_records, catalog=catalog, broker=broker, **sink)
+    config = _config(tmp, bootstrap, group, max_records=max_records, catalog=catalog, broker=broker,
+                     catalog_section=catalog_section, **sink)
     config.write_text(config.read_text().replace(r"cdcnorm\.shop\..*", rf"cdcnorm\.{db}\..*"))
     return config
 
