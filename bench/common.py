@@ -66,7 +66,8 @@ BENCH_BROKERS = ("kafka", "tansu")
 """The brokers a bench can start (:data:`service.local.BROKERS`), in the order ``--broker both`` runs them."""
 
 
-def bench_parser(description: str, broker: str | None = None, *, both: bool = False) -> argparse.ArgumentParser:
+def bench_parser(description: str, broker: str | None = None, *, both: bool = False,
+                 catalog: bool = False) -> argparse.ArgumentParser:
     """An argument parser with the options every bench script takes: ``--size`` and ``--json``.
 
     A script that starts a broker passes its default ``broker`` and gets ``--broker kafka|tansu``
@@ -87,6 +88,10 @@ def bench_parser(description: str, broker: str | None = None, *, both: bool = Fa
         what = "Apache Kafka (KRaft, one node) or Tansu" + (", or each in turn" if both else "")
         parser.add_argument("--broker", choices=choices, default=broker,
                             help=f"the local broker to start: {what} (default: {broker})")
+    if catalog:
+        parser.add_argument("--catalog", choices=BENCH_CATALOGS, default="hadoop",
+                            help="the sink's Iceberg catalog: a local folder, or Apache Iceberg's REST catalog server "
+                            "started for the run, as the tests and cdcnorm up --catalog rest start it (default: hadoop)")
     return parser
 
 
@@ -112,6 +117,27 @@ def start_bench_broker(kind: str, log_dir: Path) -> LocalBroker:
     broker = start_broker(kind, log_dir=log_dir)
     print(f"broker: {broker.description}, started in {time.perf_counter() - started:.1f}s", flush=True)
     return broker
+
+
+BENCH_CATALOGS = ("hadoop", "rest")
+"""The Iceberg catalogs a sink bench writes through (``--catalog``)."""
+
+
+def start_bench_catalog(kind: str, workdir: Path) -> tuple[dict[str, Any], Callable[[], None]]:
+    """The sink's ``catalog`` section for a catalog of ``kind`` with its state in ``workdir``,
+    and how to stop it: a REST catalog is Apache Iceberg's server
+    (:func:`service.local_catalog.start_rest_catalog`, the code the tests and ``cdcnorm up
+    --catalog rest`` use), started here."""
+    if kind == "hadoop":
+        return {"warehouse": str(workdir / "warehouse")}, lambda: None
+    if kind != "rest":
+        raise ValueError(f"unknown catalog {kind!r}; expected one of {', '.join(BENCH_CATALOGS)}")
+    from service.local_catalog import start_rest_catalog
+
+    started = time.perf_counter()
+    server = start_rest_catalog(workdir / "rest")
+    print(f"catalog: {server.extra['description']}, started in {time.perf_counter() - started:.1f}s", flush=True)
+    return server.section(), server.stop
 
 
 def stop_bench_broker(broker: LocalBroker) -> None:

@@ -46,7 +46,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import BenchReport, Ratio, bench_parser, percentile, start_bench_broker, stop_bench_broker
+from bench.common import (
+    BenchReport,
+    Ratio,
+    bench_parser,
+    percentile,
+    start_bench_broker,
+    start_bench_catalog,
+    stop_bench_broker,
+)
 from bench.service_e2e import machine_busy_seconds
 from bench.sink_merge import ORDERS, change_records, produce_records
 from bench.sink_tables import read_all, table_records
@@ -229,7 +237,7 @@ def _freshness(producer: _SteadyProducer, clock: _CommitClock) -> tuple[list[flo
     return out, missing
 
 
-def _sink(bootstrap: str, workdir: Path, trigger: float, parallelism: int | None) -> Any:
+def _sink(bootstrap: str, catalog: dict[str, Any], trigger: float, parallelism: int | None) -> Any:
     from sink.config import SinkConfig
     from sink.runner import MicroBatchSink
 
@@ -237,7 +245,7 @@ def _sink(bootstrap: str, workdir: Path, trigger: float, parallelism: int | None
         "topic_pattern": rf"cdcnorm\.bench\.{PREFIX}_[0-9]+",
         "group_id": "bench-fresh",
         "trigger_interval_seconds": trigger,
-        "catalog": {"warehouse": str(workdir / "warehouse")},
+        "catalog": catalog,
     }
     if parallelism is not None:
         section["table_parallelism"] = parallelism
@@ -252,12 +260,12 @@ def _warm_up(sink: Any, bootstrap: str, tables: int, keys: int) -> None:
     read_all(sink, len(warm), 900, "warm-up: ")
 
 
-def measure(bootstrap: str, workdir: Path, size: Size, rate: float, seconds: float, trigger: float,
+def measure(bootstrap: str, catalog: dict[str, Any], size: Size, rate: float, seconds: float, trigger: float,
             parallelism: int | None, drain_timeout: float) -> tuple[Result, _SteadyProducer, Any]:
     from service.local import create_topics
 
     create_topics(bootstrap, [_topic(t) for t in range(size.tables)], partitions=1)
-    sink = _sink(bootstrap, workdir, trigger, parallelism)
+    sink = _sink(bootstrap, catalog, trigger, parallelism)
     result = Result()
     try:
         sink.start()
@@ -321,7 +329,7 @@ def measure(bootstrap: str, workdir: Path, size: Size, rate: float, seconds: flo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = bench_parser("sink freshness with many tables receiving changes", broker="tansu")
+    parser = bench_parser("sink freshness with many tables receiving changes", broker="tansu", catalog=True)
     parser.add_argument("--trigger", type=float, default=None, help="sink.trigger_interval_seconds (default: by size)")
     parser.add_argument("--parallelism", type=int, default=None,
                         help="sink.table_parallelism (default: the config's default)")
@@ -342,11 +350,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="cdcnorm-bench-fresh-"))
     broker = start_bench_broker(args.broker, workdir / "logs")
     report.params["broker"] = broker.description
+    section, stop_catalog = start_bench_catalog(args.catalog, workdir)
+    report.params["catalog"] = args.catalog
     try:
         result, producer, config = measure(
-            broker.address, workdir, size, rate, seconds, trigger, args.parallelism, args.drain_timeout
+            broker.address, section, size, rate, seconds, trigger, args.parallelism, args.drain_timeout
         )
     finally:
+        stop_catalog()
         stop_bench_broker(broker)
         shutil.rmtree(workdir, ignore_errors=True)
 

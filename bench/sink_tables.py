@@ -42,7 +42,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import BenchReport, Ratio, bench_parser, start_bench_broker, stop_bench_broker
+from bench.common import (
+    BenchReport,
+    Ratio,
+    bench_parser,
+    start_bench_broker,
+    start_bench_catalog,
+    stop_bench_broker,
+)
 from bench.sink_merge import ORDERS, change_records, produce_records
 
 __all__ = ["main"]
@@ -102,7 +109,8 @@ def table_records(
 
 
 def _sink(
-    bootstrap: str, workdir: Path, layout: str, group: str, parallelism: int, max_records: int, commit_interval: float
+    bootstrap: str, catalog: dict[str, Any], layout: str, group: str, parallelism: int, max_records: int,
+    commit_interval: float,
 ) -> Any:
     from sink.config import SinkConfig
     from sink.runner import MicroBatchSink
@@ -113,7 +121,7 @@ def _sink(
             "group_id": group,
             "trigger_interval_seconds": 0.5,
             "poll_timeout_seconds": 0.5,
-            "catalog": {"warehouse": str(workdir / "warehouse")},
+            "catalog": catalog,
             "maintenance": {"enabled": False},
             "table_parallelism": parallelism,
             "max_records_per_batch": max_records,
@@ -200,6 +208,7 @@ def measure(
     parallelism: int,
     batches: int = 1,
     commit_interval: float = 0.0,
+    catalog: dict[str, Any] | None = None,
 ) -> Run:
     """Warm-up (one change per table, creates them), then ``size.changes`` changes, timed. With
     ``batches`` 1 they are produced at once and read in one micro-batch; else they arrive in
@@ -211,7 +220,8 @@ def measure(
     keys = size.keys_per_table * size.tables // tables
     warm = table_records(layout, tables, tables, keys, seed=1)
     timed = table_records(layout, tables, size.changes, keys, seed=1000, first_seq=TIMED_SEQ)
-    sink = _sink(bootstrap, workdir, layout, f"bench-{layout}", parallelism, 200_000, commit_interval)
+    section = catalog if catalog is not None else {"warehouse": str(workdir / "warehouse")}
+    sink = _sink(bootstrap, section, layout, f"bench-{layout}", parallelism, 200_000, commit_interval)
     try:
         sink.start()
         produce_records(bootstrap, warm)
@@ -268,7 +278,7 @@ def driver_loop_cpu(bootstrap: str, layout: str) -> tuple[float, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = bench_parser("sink throughput over many tables against one table", broker="tansu")
+    parser = bench_parser("sink throughput over many tables against one table", broker="tansu", catalog=True)
     parser.add_argument("--parallelism", type=int, default=4, help="sink.table_parallelism of the measured runs")
     parser.add_argument("--no-sequential", action="store_true", help="skip the table_parallelism=1 run")
     parser.add_argument(
@@ -285,9 +295,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="cdcnorm-bench-tables-"))
     broker = start_bench_broker(args.broker, workdir / "logs")
     report.params["broker"] = broker.description
+    section, stop_catalog = start_bench_catalog(args.catalog, workdir)
+    report.params["catalog"] = args.catalog
     try:
-        one = measure(broker.address, workdir, "one", 1, size, args.parallelism)
-        many = measure(broker.address, workdir, "many", size.tables, size, args.parallelism)
+        one = measure(broker.address, workdir, "one", 1, size, args.parallelism, catalog=section)
+        many = measure(broker.address, workdir, "many", size.tables, size, args.parallelism, catalog=section)
         then, then_changes = driver_loop_cpu(broker.address, "many")
         report.add(
             Ratio(
@@ -302,7 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
         if not args.no_sequential:
-            seq = measure(broker.address, workdir, "seq", size.tables, size, 1)
+            seq = measure(broker.address, workdir, "seq", size.tables, size, 1, catalog=section)
             report.info(
                 f"changes/s over {size.tables} tables, one table after the other",
                 seq.rate,
@@ -313,8 +325,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             # sustained: the same changes arriving in rounds, a micro-batch after each. Without a
             # commit interval every batch writes every table it read; with one as long as the
             # run, the topics wait in Kafka and each table is written once, at the end
-            one_b = measure(broker.address, workdir, "oneb", 1, size, args.parallelism, args.batches)
-            waited = measure(broker.address, workdir, "waited", size.tables, size, args.parallelism, args.batches, INTERVAL)
+            one_b = measure(broker.address, workdir, "oneb", 1, size, args.parallelism, args.batches, catalog=section)
+            waited = measure(broker.address, workdir, "waited", size.tables, size, args.parallelism, args.batches, INTERVAL, catalog=section)
             report.info(
                 f"changes/s over {size.tables} tables in {args.batches} micro-batches, commit_interval_seconds {INTERVAL:g}",
                 waited.rate,
@@ -335,6 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
     finally:
+        stop_catalog()
         stop_bench_broker(broker)
         shutil.rmtree(workdir, ignore_errors=True)
     return report.finish(args)
