@@ -97,9 +97,10 @@ def _conflicts(*logs: Path) -> int:
 
 
 def test_two_sinks_of_one_group_and_maintenance_commit_concurrently_without_loss_or_doubles(
-    kafka_bootstrap: str, tmp_path: Path
+    kafka_bootstrap: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     catalog: TestCatalog = start_test_catalog(tmp_path / "catalog", "rest")
+    request.addfinalizer(catalog.stop)
     assert catalog.server is not None
     uri = catalog.server.uri
     prefix = f"cc{uuid.uuid4().hex[:8]}"
@@ -200,10 +201,7 @@ def test_two_sinks_of_one_group_and_maintenance_commit_concurrently_without_loss
             if proc.poll() is None:
                 kill_group(proc)
 
-    try:
-        (tables,) = read_warehouses(config)
-    finally:
-        catalog.stop()
+    (tables,) = read_warehouses(config)
     want = expected_rows(stream)
     lost = doubled = rows = 0
     for name, keys in want.items():
