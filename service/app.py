@@ -1274,6 +1274,8 @@ def run_worker(config: PipelineConfig, *, web_port: int | None = None) -> int:
 
     import faust
 
+    from service.stopping import StopDeadline
+
     if web_port is not None:
         config = config.model_copy(update={"web": config.web.model_copy(update={"port": web_port})})
     from service.logs import configure_logging
@@ -1291,15 +1293,25 @@ def run_worker(config: PipelineConfig, *, web_port: int | None = None) -> int:
         os.kill(os.getpid(), signal.SIGTERM)
 
     app = create_app(config, state=state, on_fatal=stop_process)
-    worker = faust.Worker(app, loglevel=level.lower(), quiet=True, redirect_stdouts=False, override_logging=False)
+
+    class _Worker(faust.Worker):
+        async def on_stop(self) -> None:  # the first step of a stop: the deadline starts
+            deadline.start()
+            await super().on_stop()
+
+    worker = _Worker(app, loglevel=level.lower(), quiet=True, redirect_stdouts=False, override_logging=False)
+    deadline = StopDeadline(config.worker.shutdown_timeout_s, worker.loop)
     worker.spinner = None  # no terminal spinner codes among the log lines
     quiet_library_loggers(logging.getLevelName(level))
     log.info(
         "worker starting app_id=%s brokers=%s topics=%d web_port=%s",
         config.worker.app_id, config.broker.bootstrap, len(config.topics), config.web.port,
     )
-    with contextlib.suppress(SystemExit):
-        worker.execute_from_commandline()
+    try:
+        with contextlib.suppress(SystemExit):
+            worker.execute_from_commandline()
+    finally:
+        deadline.cancel()
     if state.fatal is not None:
         log.critical("worker stopped after a fatal error: %s", state.fatal)
         return 3

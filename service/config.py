@@ -309,6 +309,14 @@ class WorkerConfig(_Section):
     retry_initial_s: float = Field(0.5, gt=0)
     retry_max_s: float = Field(30.0, gt=0)
     log_level: str = "INFO"
+    shutdown_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="Seconds a stop (SIGTERM/SIGINT) may take: past them the worker logs what is still running "
+        "and exits with code 4 (nothing is lost: offsets are committed only for delivered output). Keep it below "
+        "the pod's terminationGracePeriodSeconds.",
+    )
     data_dir: Path | None = Field(None, description="Faust data directory (default: a temp dir).")
     max_message_bytes: int = Field(
         1_048_576,

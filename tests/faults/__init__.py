@@ -27,7 +27,7 @@ Real processes on loopback: the test broker (Apache Kafka, or Tansu with
   once), adds a 4th worker and removes one, while the stream flows. Then every change is on the
   normalized topics in per-key order, every record (replays too) holds its version's values (Qlik
   updates leaving a column out are completed from the row state), the DLQ is empty, every SIGTERMed worker left by itself
-  (exit 0 within 30 s), and one sink's Iceberg tables equal the history's final state.
+  within 30 s (exit 0, or 4 at its 20 s stop deadline, reported), and one sink's Iceberg tables equal the history's final state.
 * ``test_row_state_bound``: 1M distinct keys' row images into one table, bounds 250000 and 1000000
   (the store API, two writers, a redis-server of its own for ``INFO memory``).
 * ``test_dlq_buffer_bound``: 100 MiB of dead letters through ``worker.max_inflight_bytes`` of 1 MiB,

@@ -16,7 +16,9 @@ partitions when any does, and a SIGKILL waits up to 5 s for it to be consuming, 
 crashes mid-processing rather than in a rebalance, when all was committed) and starts a
 replacement at once; once it adds a 4th worker and once it stops one (SIGTERM) without a
 replacement. So rebalances overlap with processing and commits. A SIGTERMed worker must leave by
-itself within :data:`STOP_GRACE_S` (Kubernetes' default grace period), with exit code 0.
+itself within :data:`STOP_GRACE_S` (Kubernetes' default grace period): exit code 0, or 4 when its
+own stop deadline (``worker.shutdown_timeout_s``, :data:`STOP_DEADLINE_S`) cut a stuck stop short;
+such a stop is printed with the tasks the worker logged as still running.
 
 When the stream has ended and the group has committed every source offset, the normalized topics
 must hold every change at least once (duplicates are counted; at-least-once allows them, and
@@ -46,6 +48,7 @@ from typing import Any
 import pytest
 
 from service.local import create_topics, wait_for
+from service.stopping import EXIT_STOP_DEADLINE
 from tests.catalogs import TestCatalog  # the catalog is not what this test is about: hadoop
 from tests.faults.procs import committed_offsets, read_warehouses, run_sink, sink_config, worker_config
 from tests.faults.workload import (
@@ -74,6 +77,8 @@ KILLS = 12  # kill or stop events, each followed by a replacement
 FIRST_EVENT_S, GAP_S = 6.0, (3.0, 6.0)
 PRODUCE_S = 80.0  # the stream's length in time: it outlasts the schedule (~6 + 14 x 4.5 s)
 STOP_GRACE_S = 30.0
+# the workers' own stop deadline (worker.shutdown_timeout_s): a stop past it exits with code 4
+STOP_DEADLINE_S = 20.0
 ASSIGNED = re.compile(r"partitions assigned count=(\d+) generation=(\d+)")
 
 
@@ -113,6 +118,7 @@ class Fleet:
     stopping: list[tuple[WorkerProcess, float]] = field(default_factory=list)  # SIGTERMed, since
     stopped: list[str] = field(default_factory=list)  # how each SIGTERMed worker ended
     hung: list[str] = field(default_factory=list)
+    deadline_exits: list[str] = field(default_factory=list)  # stopped at the stop deadline (exit 4)
     consumed: dict[str, int] = field(default_factory=dict)  # last scrape per worker
     all: list[WorkerProcess] = field(default_factory=list)
     born: dict[str, float] = field(default_factory=dict)
@@ -180,7 +186,9 @@ class Fleet:
                 continue
             took = time.monotonic() - since
             self.stopped.append(f"{worker.process.name} exit={code} after {took:.1f}s")
-            if code != 0:
+            if code == EXIT_STOP_DEADLINE:  # left by itself, at its deadline: reported with what was stuck
+                self.deadline_exits.append(f"{worker.process.name}\n" + worker.process.log_tail(40))
+            elif code != 0:
                 self.hung.append(f"{worker.process.name}: exit code {code} after SIGTERM\n" + worker.process.log_tail(30))
         self.stopping = left
 
@@ -208,6 +216,7 @@ def test_fleet_chaos_loses_nothing(kafka_bootstrap: str, redis_url: str, tmp_pat
     entries = [{"name": topic, "format": fmt, "complete_partial_images": fmt == QLIK} for fmt, topic in sources.items()]
     config = worker_config(kafka_bootstrap, redis_url, f"{prefix}:", prefix, entries)
     group = config["worker"]["app_id"]
+    config["worker"]["shutdown_timeout_s"] = STOP_DEADLINE_S
     rnd = random.Random(SEED)
     events = schedule(rnd)
     print(f"\nworkload: {stream.changes} changes {stream.counts} over {len(FORMATS)} tables {FORMATS}, "
@@ -287,6 +296,8 @@ def test_fleet_chaos_loses_nothing(kafka_bootstrap: str, redis_url: str, tmp_pat
     print(f"counted: consumed per worker (last scrape) {fleet.consumed}, sum "
           f"{sum(fleet.consumed.values())} for {produced} produced")
     print(f"counted: produced={produced} {report.line()} dlq={len(dlq)}")
+    for stuck in fleet.deadline_exits:
+        print(f"stopped at the deadline (exit {EXIT_STOP_DEADLINE}): {stuck}")
     assert not fleet.hung, fleet.hung
     assert not dlq, [(d.key, d.value[:200] if d.value else None) for d in dlq[:3]]
     assert report.missing == 0, f"{report.missing} changes never reached the normalized topics"
