@@ -53,6 +53,8 @@ __all__ = [
     "field_ids",
     "new_data_path",
     "select",
+    "storage_options",
+    "table_filesystem",
     "to_arrow_table",
     "write_parquet",
 ]
@@ -479,6 +481,52 @@ def _footer(data: pa.Buffer) -> bytes:
     length = int.from_bytes(tail[:4], "little")
     footer: bytes = data.slice(data.size - _FOOTER_TAIL - length, length).to_pybytes()
     return footer
+
+
+# the catalog properties (Iceberg's S3FileIO names them so) that say how to reach the tables'
+# object store: the write tasks' pyarrow needs the same endpoint and credentials as Iceberg's FileIO
+S3_PROPERTIES = ("s3.endpoint", "s3.access-key-id", "s3.secret-access-key", "s3.session-token",
+                 "s3.path-style-access", "client.region")
+_S3_SCHEMES = ("s3", "s3a", "s3n")
+
+
+def storage_options(properties: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The object-store settings among a catalog's ``properties``, for the write tasks (a
+    hashable, picklable tuple).
+
+    >>> storage_options({"uri": "http://cat", "s3.endpoint": "http://127.0.0.1:7070"})
+    (('s3.endpoint', 'http://127.0.0.1:7070'),)
+    """
+    return tuple(sorted((k, v) for k, v in properties.items() if k in S3_PROPERTIES))
+
+
+def table_filesystem(location: str, options: tuple[tuple[str, str], ...]) -> pafs.FileSystem | None:
+    """The pyarrow file system to write a table's files at ``location`` with: an
+    ``S3FileSystem`` built from the catalog's ``options`` (:func:`storage_options`) for an
+    ``s3://`` location when there are any, else ``None`` (pyarrow's own from the URI and the
+    standard AWS environment)."""
+    if not options or location.partition("://")[0] not in _S3_SCHEMES:
+        return None
+    return _s3_filesystem(options)
+
+
+@lru_cache(maxsize=8)
+def _s3_filesystem(options: tuple[tuple[str, str], ...]) -> pafs.FileSystem:
+    o = dict(options)
+    kwargs: dict[str, Any] = {}
+    endpoint = o.get("s3.endpoint")
+    if endpoint:
+        scheme, sep, host = endpoint.partition("://")
+        kwargs["endpoint_override"] = host.rstrip("/") if sep else endpoint
+        kwargs["scheme"] = scheme if sep else "https"
+        # Iceberg's s3.path-style-access (false by default): pyarrow addresses an overridden
+        # endpoint by path unless told to use virtual hosts
+        kwargs["force_virtual_addressing"] = o.get("s3.path-style-access", "false").lower() != "true"
+    for prop, arg in (("s3.access-key-id", "access_key"), ("s3.secret-access-key", "secret_key"),
+                      ("s3.session-token", "session_token"), ("client.region", "region")):
+        if o.get(prop):
+            kwargs[arg] = o[prop]
+    return pafs.S3FileSystem(**kwargs)
 
 
 def _filesystem(path: str, filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSystem, str]:

@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from sink.arrow import storage_options
 from sink.changes import SinkChange, TableBatch, compact
 from sink.config import SinkConfig, UpsertMode
 from sink.faults import crash_point
@@ -662,6 +663,7 @@ class MicroBatchSink:
         sc.setJobDescription(f"cdcnorm write: {len(plans)} tables")
         memory = self.tables.deleted_keys_plan() if any(batch.tables[t].changes for t in plans) else None
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        storage = storage_options(self.config.catalog.properties)  # the executors' pyarrow: the catalog's S3 settings
         if all(len(batch.tasks_of.get(t, ())) <= 1 for t in plans):
             # each table's changes are in one read task's cache (a table is a topic, whose
             # partitions were read together): that task writes it, no shuffle
@@ -670,7 +672,7 @@ class MicroBatchSink:
                 for index in batch.tasks_of.get(table, ()):
                     mine.setdefault(index, set()).add(table)
             write = functools.partial(write_partition, tables={i: frozenset(t) for i, t in mine.items()},
-                                      plans=plans, deleted_keys=memory, now=now)
+                                      plans=plans, deleted_keys=memory, now=now, storage=storage)
             results = batch.rdd.mapPartitionsWithIndex(write).collect()
         else:
             # a table read by several tasks: its changes are brought together first
@@ -681,7 +683,7 @@ class MicroBatchSink:
                 lightest = loads.index(min(loads))
                 slots[table] = lightest
                 loads[lightest] += batch.tables[table].changes
-            write_slot = functools.partial(write_tables, plans=plans, deleted_keys=memory, now=now)
+            write_slot = functools.partial(write_tables, plans=plans, deleted_keys=memory, now=now, storage=storage)
             results = (
                 batch.rdd.flatMap(functools.partial(route, slots)).partitionBy(n, slot).mapPartitions(write_slot).collect()
             )

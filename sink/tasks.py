@@ -229,11 +229,21 @@ def write_tables(
     plans: dict[tuple[str, str], TablePlan],
     deleted_keys: tuple[str, str] | None,
     now: dt.datetime,
+    storage: tuple[tuple[str, str], ...] = (),
 ) -> Iterator[TableFiles | DeletedKeysFile]:
     """Write the files of the tables in one write task (its changes arrive grouped by table
     slot): skip what the table holds already, compact, convert, write. ``deleted_keys``: the
-    location and schema JSON of the deleted-keys memory table (``None``: not remembered)."""
-    from sink.arrow import Unrepresentable, arrow_schema, new_data_path, select, to_arrow_table, write_parquet
+    location and schema JSON of the deleted-keys memory table (``None``: not remembered).
+    ``storage``: the catalog's object-store settings (:func:`sink.arrow.storage_options`)."""
+    from sink.arrow import (
+        Unrepresentable,
+        arrow_schema,
+        new_data_path,
+        select,
+        table_filesystem,
+        to_arrow_table,
+        write_parquet,
+    )
 
     by_table: dict[tuple[str, str], list[SinkChange]] = {}
     skipped: dict[tuple[str, str], int] = {}
@@ -249,14 +259,15 @@ def write_tables(
     for table, changes in by_table.items():
         plan = plans[table]
         batch = compact(changes)[table]
+        fs = table_filesystem(plan.location, storage)
         try:
             schema = arrow_schema(plan.schema_json)
             if plan.key:
                 rows = [_data_row(c) for c in batch.changes if c.op is not Operation.DELETE]
                 keys = [dict(zip(plan.key, c.key or (), strict=True)) for c in batch.changes]
-                data = write_parquet(to_arrow_table(schema, rows), new_data_path(plan.location, "data")) if rows else None
+                data = write_parquet(to_arrow_table(schema, rows), new_data_path(plan.location, "data"), filesystem=fs) if rows else None
                 key_schema = select(schema, plan.key)
-                dels = write_parquet(to_arrow_table(key_schema, keys), new_data_path(plan.location, "eq-deletes")) if keys else None
+                dels = write_parquet(to_arrow_table(key_schema, keys), new_data_path(plan.location, "eq-deletes"), filesystem=fs) if keys else None
                 deletes = [c for c in batch.changes if c.op is Operation.DELETE]
                 remembered += deleted_key_rows(plan.table_id, deletes, now)
                 yield TableFiles(
@@ -265,12 +276,12 @@ def write_tables(
                 )
             else:
                 rows = [_data_row(c, with_op=True) for c in batch.appends]
-                data = write_parquet(to_arrow_table(schema, rows), new_data_path(plan.location, "data")) if rows else None
+                data = write_parquet(to_arrow_table(schema, rows), new_data_path(plan.location, "data"), filesystem=fs) if rows else None
                 yield TableFiles(table, data, appends=len(rows), skipped_applied=skipped.get(table, 0))
         except Unrepresentable as exc:
             yield TableFiles(table, fallback=str(exc), skipped_applied=skipped.get(table, 0))
     if deleted_keys is not None and remembered:
-        yield deleted_keys_file(deleted_keys, remembered)
+        yield deleted_keys_file(deleted_keys, remembered, storage)
 
 
 def deleted_key_rows(table_id: str, deletes: Iterable[SinkChange], now: dt.datetime) -> list[dict[str, Any]]:
@@ -281,13 +292,16 @@ def deleted_key_rows(table_id: str, deletes: Iterable[SinkChange], now: dt.datet
     ]
 
 
-def deleted_keys_file(deleted_keys: tuple[str, str], rows: list[dict[str, Any]]) -> DeletedKeysFile:
+def deleted_keys_file(deleted_keys: tuple[str, str], rows: list[dict[str, Any]],
+                      storage: tuple[tuple[str, str], ...] = ()) -> DeletedKeysFile:
     """``rows`` (:func:`deleted_key_rows`) as a Parquet data file of the deleted-keys memory table
     (its location and schema JSON), to commit with ``IcebergTables.remember_deleted_keys``."""
-    from sink.arrow import arrow_schema, new_data_path, to_arrow_table, write_parquet
+    from sink.arrow import arrow_schema, new_data_path, table_filesystem, to_arrow_table, write_parquet
 
     location, schema_json = deleted_keys
-    return DeletedKeysFile(write_parquet(to_arrow_table(arrow_schema(schema_json), rows), new_data_path(location, "data")), len(rows))
+    table = to_arrow_table(arrow_schema(schema_json), rows)
+    written = write_parquet(table, new_data_path(location, "data"), filesystem=table_filesystem(location, storage))
+    return DeletedKeysFile(written, len(rows))
 
 
 def _data_row(ch: SinkChange, with_op: bool = False) -> dict[str, Any]:
@@ -327,6 +341,7 @@ def write_partition(
     plans: dict[tuple[str, str], TablePlan],
     deleted_keys: tuple[str, str] | None,
     now: dt.datetime,
+    storage: tuple[tuple[str, str], ...] = (),
 ) -> Iterator[TableFiles | DeletedKeysFile]:
     """The write job's task when each row-delta table's changes are all in one read task (a
     table is a topic, and a topic's partitions were read together): it writes the tables of its
@@ -334,7 +349,7 @@ def write_partition(
     mine = tables.get(index, frozenset())
     if mine:
         ours = ((index, c) for c in changes if isinstance(c, SinkChange) and c.table in mine)
-        yield from write_tables(ours, plans, deleted_keys, now)
+        yield from write_tables(ours, plans, deleted_keys, now, storage)
 
 
 def route(slots: dict[tuple[str, str], int], item: Any) -> list[tuple[int, SinkChange]]:
