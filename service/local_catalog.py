@@ -36,7 +36,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,6 +101,16 @@ class RestCatalog:
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
+def catalog_env(key: str) -> str:
+    """The environment variable the server reads catalog property ``key`` from (RCKUtils:
+    ``CATALOG_`` + the key upper-cased, ``-`` as ``__`` and ``.`` as ``_``).
+
+    >>> catalog_env("io-impl"), catalog_env("s3.path-style-access")
+    ('CATALOG_IO__IMPL', 'CATALOG_S3_PATH__STYLE__ACCESS')
+    """
+    return "CATALOG_" + key.replace("-", "__").replace(".", "_").upper()
+
+
 def _answers(uri: str) -> bool:
     try:
         with urllib.request.urlopen(f"{uri}/v1/config", timeout=2) as response:
@@ -114,10 +124,15 @@ def start_rest_catalog(
     port: int | None = None,
     progress: Callable[[str], None] | None = None,
     timeout_s: float = 90.0,
+    warehouse: str | None = None,
+    properties: Mapping[str, str] | None = None,
 ) -> RestCatalog:
     """Start the REST catalog server on ``port`` (a free one by default) with its state in
     ``directory`` (a temporary folder, removed on :meth:`RestCatalog.stop`, by default) and wait
     until it answers ``GET /v1/config``. ``progress`` is told about a first fetch of the jars.
+    ``warehouse`` (a URI, e.g. ``s3://lake/warehouse``) replaces the local ``directory/warehouse``;
+    ``properties`` are more catalog properties (e.g. ``io-impl`` and ``s3.*`` for S3FileIO,
+    :meth:`service.local_s3.S3Server.catalog_properties`).
 
     Raises :class:`~service.maven.LocalServiceError` (no JDK, no Maven on a first fetch, a server
     that exits or does not answer, with its log's last lines)."""
@@ -130,11 +145,12 @@ def start_rest_catalog(
     env = {
         **os.environ,
         # RCKUtils: CATALOG_<KEY> is catalog property <key> ('_' -> '.', '__' -> '-')
-        "CATALOG_WAREHOUSE": (directory / "warehouse").resolve().as_uri(),
+        "CATALOG_WAREHOUSE": warehouse or (directory / "warehouse").resolve().as_uri(),
         "CATALOG_URI": f"jdbc:sqlite:file:{(directory / 'catalog.db').resolve()}",
         "CATALOG_JDBC_USER": "cdcnorm",
         "CATALOG_JDBC_PASSWORD": "cdcnorm",
         "CATALOG_REST_PORT": str(port),
+        **{catalog_env(k): v for k, v in (properties or {}).items()},
     }
     cmd = [java_command(), _HEAP, "-cp", f"{libs}/*", SERVER_CLASS]
     log_path = directory / "rest-catalog.log"

