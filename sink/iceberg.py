@@ -1132,9 +1132,12 @@ class IcebergTables:
         return self._rememberer.submit(self._remember_deletes, self.iceberg_name(table), deletes, memory)
 
     def _remember_deletes(self, table_id: str, deletes: list[SinkChange], memory: tuple[str, str]) -> None:
+        from sink.arrow import storage_options  # pyarrow: only where files are written
+
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         try:
-            file = deleted_keys_file(memory, deleted_key_rows(table_id, deletes, now))
+            file = deleted_keys_file(memory, deleted_key_rows(table_id, deletes, now),
+                                     storage_options(self.config.catalog.properties))
         except OSError as exc:
             raise TableWriteError(self.config.deleted_keys_table, exc) from exc
         self.remember_deleted_keys([file])

@@ -7,6 +7,7 @@ read back through the catalog, with every file of the tables in the S3 server's 
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,11 @@ def test_sink_writes_the_acceptance_history_to_an_s3_warehouse(broker: LocalBrok
     config = _produce_as(broker.address, history, "on_s3", tmp_path, "sink-s3", max_records=250,
                          catalog=TestCatalog("rest", tmp_path, rest), catalog_section=section,
                          spark_conf={"spark.jars": str(bundle)})
-    proc = _run(config, "sink", "--once")
+    try:
+        proc = _run(config, "sink", "--once", timeout=300)
+    except subprocess.TimeoutExpired as exc:  # what the sink said before it was stopped
+        raise AssertionError(f"the sink did not finish in 300 s:\n{_text(exc.stdout)[-3000:]}\n"
+                             f"{_text(exc.stderr)[-5000:]}") from None
     print(proc.stdout[-1500:])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     _assert_state_of(config, "on_s3", history)
@@ -46,3 +51,7 @@ def test_sink_writes_the_acceptance_history_to_an_s3_warehouse(broker: LocalBrok
     print(f"counted: S3 endpoint {s3.endpoint}; in bucket lake: {len(data)} Parquet files, {len(metadata)} "
           f"metadata files; in the catalog's local folder: {len(local)} files")
     assert data and metadata and not [p for p in local if p.is_file()]
+
+
+def _text(output: str | bytes | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
