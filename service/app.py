@@ -1274,7 +1274,7 @@ def run_worker(config: PipelineConfig, *, web_port: int | None = None) -> int:
 
     import faust
 
-    from service.stopping import StopDeadline
+    from service.exits import EXIT_FATAL, StartFailure, StopDeadline, describe_start_failure
 
     if web_port is not None:
         config = config.model_copy(update={"web": config.web.model_copy(update={"port": web_port})})
@@ -1307,12 +1307,21 @@ def run_worker(config: PipelineConfig, *, web_port: int | None = None) -> int:
         "worker starting app_id=%s brokers=%s topics=%d web_port=%s",
         config.worker.app_id, config.broker.bootstrap, len(config.topics), config.web.port,
     )
+    start_failure = StartFailure()
+    faust_log = logging.getLogger("faust.worker")  # where Faust logs the exception a start failed with
+    faust_log.addFilter(start_failure)
+    code = 0
     try:
-        with contextlib.suppress(SystemExit):
-            worker.execute_from_commandline()
+        worker.execute_from_commandline()
+    except SystemExit as exc:  # Faust ends with sys.exit: 0, or 1 when the start raised
+        code = exc.code if isinstance(exc.code, int) else 1
     finally:
         deadline.cancel()
+        faust_log.removeFilter(start_failure)
     if state.fatal is not None:
         log.critical("worker stopped after a fatal error: %s", state.fatal)
-        return 3
+        return EXIT_FATAL
+    if code or start_failure.error is not None:
+        log.critical("worker stopped: %s", describe_start_failure(start_failure.error))
+        return EXIT_FATAL
     return 0

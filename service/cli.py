@@ -109,9 +109,14 @@ def parse_kv(items: list[str] | None, what: str = "--option") -> dict[str, str]:
 
 
 def _open_input(path: str) -> BinaryIO:
+    """The input file (``-``: stdin); a file that cannot be opened is a one-line error, exit 1."""
     if path == "-":
         return sys.stdin.buffer
-    return Path(path).open("rb")
+    try:
+        return Path(path).open("rb")
+    except OSError as exc:
+        typer.echo(f"error: {path}: {exc.strerror}", err=True)
+        raise typer.Exit(1) from None
 
 
 @app.command()

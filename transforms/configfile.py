@@ -807,6 +807,8 @@ def read_yaml(path: str | Path) -> Any:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError("<file>", str(p), f"cannot read: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:  # a binary file, or another encoding
+        raise ConfigError("<file>", str(p), f"not UTF-8 text (byte {exc.start}): a config is a YAML file") from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:

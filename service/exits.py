@@ -1,4 +1,13 @@
-"""The worker's stop deadline: a stop (SIGTERM/SIGINT) that takes longer than
+"""How the worker process ends when it does not end well: a start that fails, and a stop that
+takes too long.
+
+**A failed start** (no broker answers the bootstrap, a topic cannot be created): Faust logs the
+exception with its traceback and the process would exit 1, or 0 once its own ``SystemExit`` is
+swallowed. :class:`StartFailure` keeps the exception and drops the traceback from Faust's line;
+the worker then logs one CRITICAL line naming it and exits with :data:`EXIT_FATAL`, as for any
+fatal error.
+
+**The stop deadline**: a stop (SIGTERM/SIGINT) that takes longer than
 ``worker.shutdown_timeout_s`` ends the process.
 
 Faust stops in steps (consumer: last commit and leaving the group; the app's services; the
@@ -23,6 +32,9 @@ import sys
 import threading
 
 log = logging.getLogger("cdcnorm.worker")
+
+EXIT_FATAL = 3
+"""Exit code of a worker stopped by a fatal error, or whose start failed."""
 
 EXIT_STOP_DEADLINE = 4
 """Exit code of a worker whose stop did not finish within ``worker.shutdown_timeout_s``."""
@@ -74,3 +86,28 @@ class StopDeadline:
             handler.flush()
         sys.stderr.flush()
         os._exit(EXIT_STOP_DEADLINE)
+
+
+class StartFailure(logging.Filter):
+    """On Faust's worker logger: the exception its start failed with (``error``), logged without
+    its traceback (Faust logs it as ``Error: <exception>``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.error: BaseException | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.levelno >= logging.ERROR:
+            self.error = record.exc_info[1]
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+def describe_start_failure(error: BaseException | None) -> str:
+    """One line for the log: the exception's class and message, or that Faust gave none."""
+    if error is None:
+        return "the worker could not start (see the lines above)"
+    text = str(error)
+    name = type(error).__name__
+    return f"the worker could not start: {text if text.startswith(name) else f'{name}: {text}'}"

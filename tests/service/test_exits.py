@@ -1,9 +1,10 @@
-"""The worker's stop deadline (service.stopping): a stop stuck past ``worker.shutdown_timeout_s``
+"""The worker's stop deadline (service.exits): a stop stuck past ``worker.shutdown_timeout_s``
 ends the process with exit code 4 and logs the stacks of the tasks still running."""
 
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -13,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from service.config import parse_config
+from service.exits import EXIT_FATAL, EXIT_STOP_DEADLINE
 from service.local import create_topics
-from service.stopping import EXIT_STOP_DEADLINE
 from tests.service.harness import WorkerProcess
 from tests.service.test_integration import base_config, canal, produce
 from transforms.errors import ConfigError
@@ -22,7 +23,7 @@ from transforms.errors import ConfigError
 STUCK = textwrap.dedent(
     """
     import asyncio, logging, sys
-    from service.stopping import StopDeadline
+    from service.exits import StopDeadline
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 
@@ -90,3 +91,22 @@ def test_a_worker_whose_stop_outlasts_its_deadline_exits_4_and_logs_why(
     assert code == EXIT_STOP_DEADLINE, log[-3000:]
     assert "worker stop did not finish within worker.shutdown_timeout_s=0.05s; exiting with code 4" in log
     assert "Stack for <Task" in log  # what was still running
+
+
+def test_a_worker_that_cannot_reach_its_broker_exits_3_with_one_line_and_no_traceback(tmp_path: Path) -> None:
+    """Nothing listens on the bootstrap port: Faust's start fails; the worker says so in one
+    CRITICAL line and exits 3 (a fatal error), not 0 after a traceback."""
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        f"topic_prefix: p\nbroker: {{bootstrap_servers: '127.0.0.1:{port}'}}\n"
+        "topics: [{name: a, format: canal-json}]\nmetadata_log: {enabled: false}\nweb: {enabled: false}\n"
+    )
+    done = subprocess.run([sys.executable, "-m", "service.cli", "worker", "-c", str(config)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == EXIT_FATAL == 3, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    [line] = [x for x in done.stderr.splitlines() if "CRITICAL" in x]
+    assert f"worker stopped: the worker could not start: KafkaConnectionError: Unable to bootstrap from [('127.0.0.1', {port}" in line
