@@ -47,8 +47,8 @@ from typing import Any
 
 import pytest
 
-from service.local import create_topics, wait_for
 from service.exits import EXIT_STOP_DEADLINE
+from service.local import create_topics, wait_for
 from tests.catalogs import TestCatalog  # the catalog is not what this test is about: hadoop
 from tests.faults.procs import committed_offsets, read_warehouses, run_sink, sink_config, worker_config
 from tests.faults.workload import (
