@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
 import sys
 from collections.abc import Callable
 from enum import StrEnum
@@ -55,6 +56,19 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+PIPED_WIDTH = 200
+"""Columns of the tables printed into a pipe or a file (``COLUMNS`` overrides): a terminal's
+width is its own, but rich's 80 for a pipe cuts the tables' rows."""
+
+
+def _console() -> Console:
+    """The console for the commands' tables: the terminal's width, or :data:`PIPED_WIDTH`
+    when the output is not a terminal (``COLUMNS`` set wins, as in rich)."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return Console()
+    return Console(width=PIPED_WIDTH)
 
 
 def package_version() -> str:
@@ -218,16 +232,21 @@ def transform(
     out = sys.stdout.buffer
     err = sys.stderr.buffer
     key: bytes | None = None
+    key_number = 0
     expect_key = key_lines
+    first_pair = key_lines
     with _open_input(file) as stream:
         for number, raw_line in enumerate(stream, start=1):
             line = raw_line.rstrip(b"\r\n")
             if not line.strip():
                 continue
             if expect_key:
-                key, expect_key = (None if line.strip() == b"null" else line), False
+                key, expect_key, key_number = (None if line.strip() == b"null" else line), False, number
                 continue
             expect_key = key_lines
+            if first_pair and key is not None:
+                first_pair = False
+                _refuse_a_message_as_key(pipeline, key, key_number, topic, binary)
             if key_lines and line.strip() == b"null":
                 continue  # a tombstone: the emitter writes its own after each delete
             try:
@@ -249,6 +268,10 @@ def transform(
                     line_out["headers"] = [[name, value.decode("utf-8", "backslashreplace")]
                                            for name, value in record.headers]
                 out.write(orjson.dumps(line_out) + b"\n")
+    if key_lines and not expect_key:  # the last key line had no value line after it
+        failed += 1
+        err.write(orjson.dumps({"line": key_number, "error": "a key line without its value line after it (with "
+                                "--key-lines the lines alternate: key, value)", "error_class": "UnpairedKeyLine"}) + b"\n")
     out.flush()
     detected = getattr(pipeline.decoder, "detected", None) if format_id == "auto" else None
     if detected is not None:
@@ -256,6 +279,21 @@ def transform(
         err.flush()
     if failed:
         raise typer.Exit(2)
+
+
+def _refuse_a_message_as_key(pipeline: Pipeline, key: bytes, number: int, topic: str, binary: bool) -> None:
+    """With --key-lines, the first key line must not itself be a message of the format: a file
+    of values alone would otherwise be read as key, value, key, ... (half its messages lost, the
+    others keyed by a message). One line on stderr and exit 1."""
+    try:
+        payload = _b64line(key, number) if binary else key
+        processed = pipeline.process_rows(Message(value=payload, key=None, topic=topic, offset=number - 1))
+    except Exception:
+        return
+    if processed.records:
+        typer.echo(f"error: --key-lines: line {number} is a {pipeline.decoder.format_id} message, not a key; "
+                   "the file seems to hold values only (drop --key-lines)", err=True)
+        raise typer.Exit(1)
 
 
 def _b64line(line: bytes, number: int) -> bytes:
@@ -289,7 +327,7 @@ def formats(
     if as_json:
         typer.echo(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode())
         return
-    console = Console()
+    console = _console()
     for row in rows:
         table = Table(title=f"{row['format']}: {row['description']}", title_justify="left")
         table.add_column("option")
@@ -339,7 +377,7 @@ def validate_config(
         for error in getattr(exc, "errors", None) or [exc]:
             typer.echo(format_config_error(error), err=True)
         raise typer.Exit(1) from exc
-    console = Console()
+    console = _console()
     console.print(
         f"[bold]{config}[/bold]: valid. prefix={cfg.topic_prefix} brokers={cfg.broker.bootstrap} "
         f"redis={cfg.redis.display_url} group={cfg.worker.app_id} sink={'configured' if cfg.sink else 'none'}",
@@ -405,7 +443,7 @@ def up(
     from service.maven import LocalServiceError
     from service.up import run_up
 
-    console = Console()
+    console = _console()
     with Live(Text("starting..."), console=console, refresh_per_second=4, transient=True) as live:
         try:
             result = run_up(
@@ -613,11 +651,11 @@ def sink(
 @app.command()
 def tables(
     config: Annotated[Path, typer.Option("--config", "-c", help="Pipeline YAML with a `sink:` section.")],
-    limit: Annotated[int, typer.Option("--limit", help="Rows to show per table.")] = 5,
+    limit: Annotated[int, typer.Option("--limit", min=0, help="Rows to show per table (0: none).")] = 5,
 ) -> None:
-    """Show the sink's Iceberg tables: row counts, snapshots, files and a few rows."""
+    """Show the sink's Iceberg tables: row counts, snapshots, files, then up to --limit rows each."""
     require_extras("cdcnorm tables", "sink")
-    from sink.inspect import read_tables
+    from sink.inspect import CatalogUnreadable, read_tables
     from sink.main import load_sink_config
 
     try:
@@ -627,7 +665,22 @@ def tables(
         raise typer.Exit(1) from exc
     cat = sink_config.catalog
     where = sink_config.warehouse_path() if cat.type == "hadoop" else cat.properties.get("uri", cat.type)
-    _print_tables(Console(), read_tables(sink_config, limit), f"Iceberg tables ({cat.type} catalog {cat.name}: {where})")
+    if cat.type == "hadoop" and "://" not in where and not Path(where).exists():
+        typer.echo(f"error: no tables yet: the warehouse {where} does not exist (the sink creates it with its "
+                   "first commit)", err=True)
+        raise typer.Exit(1)
+    try:
+        found = read_tables(sink_config, limit)
+    except CatalogUnreadable as exc:
+        typer.echo(f"error: {cat.type} catalog {cat.name} ({where}): {exc}", err=True)
+        raise typer.Exit(1) from None
+    console = _console()
+    _print_tables(console, found, f"Iceberg tables ({cat.type} catalog {cat.name}: {where})")
+    for name, info in found.items():
+        if info["rows"]:
+            console.print(f"{name}: {len(info['rows'])} of {info['count']} rows", style="bold", highlight=False)
+            for row in info["rows"]:
+                console.print(orjson.dumps(row, default=str).decode(), markup=False, highlight=False, soft_wrap=True)
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ import orjson
 from sink.config import SinkConfig
 from sink.iceberg import SEQ_COLUMN, TS_COLUMN, build_spark, quote
 
-__all__ = ["list_tables", "read_tables"]
+__all__ = ["CatalogUnreadable", "list_tables", "read_tables"]
 
 
 def _jsonable(value: Any) -> Any:
@@ -53,10 +53,28 @@ def list_tables(spark: Any, config: SinkConfig, deleted_keys: bool = False) -> l
     return sorted(out)
 
 
+class CatalogUnreadable(Exception):
+    """The catalog could not be listed or a table read (the first line of Spark's or Iceberg's
+    error: a catalog that does not answer, a warehouse that does not exist, no permission)."""
+
+
 def read_tables(config: SinkConfig, limit: int | None = None, meta: bool = False) -> dict[str, Any]:
-    """Every table's row count, snapshot count, data-file count, columns (name, Spark type) and rows
-    (JSON-ready)."""
+    """Every table's row count, snapshot count, data-file count, columns (name, Spark type) and
+    rows (JSON-ready; ``limit``: at most so many, ``0`` none); :class:`CatalogUnreadable` when the
+    catalog cannot be read."""
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
     spark = build_spark(config)
+    try:
+        return _read_tables(spark, config, limit, meta)
+    except (Py4JError, PySparkException) as exc:
+        java = getattr(exc, "java_exception", None)
+        text = str(java) if java is not None else str(exc)
+        raise CatalogUnreadable(text.strip().splitlines()[0][:500] if text.strip() else type(exc).__name__) from None
+
+
+def _read_tables(spark: Any, config: SinkConfig, limit: int | None, meta: bool) -> dict[str, Any]:
     cat = quote(config.catalog.name)
     out: dict[str, Any] = {}
     for name in list_tables(spark, config):
@@ -65,7 +83,7 @@ def read_tables(config: SinkConfig, limit: int | None = None, meta: bool = False
         frame = spark.table(tid)
         if not meta:
             frame = frame.drop(SEQ_COLUMN, TS_COLUMN)
-        rows = [r.asDict(recursive=True) for r in (frame.limit(limit) if limit else frame).collect()]
+        rows = [r.asDict(recursive=True) for r in (frame.limit(limit) if limit is not None else frame).collect()]
         out[name] = {
             "count": spark.table(tid).count(),
             "snapshots": spark.sql(f"SELECT count(*) FROM {tid}.snapshots").collect()[0][0],

@@ -1,0 +1,114 @@
+"""The first hour with cdcnorm, as a new user meets it (issue 27's list): every ordinary mistake
+is one line on stderr and a non-zero exit, never a traceback. Each test runs the real command
+line in a process of its own."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cdcnorm(*args: str, cwd: Path | None = None, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    """``cdcnorm ARGS`` run from ``cwd`` (this checkout's code, wherever that is)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "service.cli", *args], capture_output=True, timeout=120,
+                          cwd=cwd, input=stdin, env=env)
+
+
+def one_error_line(done: subprocess.CompletedProcess[bytes]) -> str:
+    err = done.stderr.decode()
+    assert "Traceback" not in err, err
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("where", ["missing", "folder"])
+def test_transform_of_a_missing_file_or_a_folder(tmp_path: Path, where: str) -> None:
+    path = tmp_path / "nothing.jsonl" if where == "missing" else tmp_path
+    done = cdcnorm("transform", "--format", "canal-json", str(path), cwd=tmp_path)
+    assert done.returncode == 1
+    reason = "No such file or directory" if where == "missing" else "Is a directory"
+    assert one_error_line(done) == f"error: {path}: {reason}"
+
+
+def test_a_binary_file_given_as_config(tmp_path: Path) -> None:
+    config = tmp_path / "pipeline.yaml"
+    config.write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\xd0\xff\xfe")
+    done = cdcnorm("validate-config", str(config))
+    assert done.returncode == 1
+    assert one_error_line(done) == f"<file>={config}: not UTF-8 text (byte 12): a config is a YAML file"
+
+
+CANAL = ROOT / "tests" / "data" / "canal-json" / "flink-canal-data.txt"
+
+
+def _messages(n: int) -> list[bytes]:
+    return [x for x in CANAL.read_bytes().splitlines() if x.strip()][:n]
+
+
+def test_key_lines_over_a_file_of_values_only_is_refused(tmp_path: Path) -> None:
+    values = tmp_path / "values.txt"
+    values.write_bytes(b"\n".join(_messages(3)) + b"\n")
+    done = cdcnorm("transform", "--format", "canal-json", "--key-lines", str(values))
+    assert done.returncode == 1
+    assert one_error_line(done) == ("error: --key-lines: line 1 is a canal-json message, not a key; the file seems "
+                                    "to hold values only (drop --key-lines)")
+    assert done.stdout == b""
+
+
+def test_key_lines_with_an_unpaired_last_line_fails_that_line(tmp_path: Path) -> None:
+    [first] = _messages(1)
+    keyed = tmp_path / "keyed.txt"
+    keyed.write_bytes(b"\n".join([b'{"id":101}', first, b'{"id":102}']) + b"\n")
+    done = cdcnorm("transform", "--format", "canal-json", "--key-lines", str(keyed))
+    assert done.returncode == 2  # a line failed
+    assert done.stdout.count(b'"topic"') >= 1  # the paired message is printed
+    error = one_error_line(done)
+    assert '"line":3' in error and "UnpairedKeyLine" in error
+
+
+def test_piped_tables_are_not_cut_to_80_columns() -> None:
+    done = cdcnorm("formats")
+    assert done.returncode == 0
+    text = done.stdout.decode()
+    assert "…" not in text  # rich's ellipsis: nothing cut
+    assert max(len(line) for line in text.splitlines()) > 80
+
+
+def _sink_config(tmp_path: Path, catalog: str) -> Path:
+    config = tmp_path / "pipeline.yaml"
+    config.write_text("topic_prefix: p\ntopics: [{name: a, format: canal-json}]\n"
+                      f"sink: {{topic_pattern: 'p\\..*', catalog: {catalog}}}\n")
+    return config
+
+
+def test_tables_on_a_warehouse_that_does_not_exist_yet(tmp_path: Path) -> None:
+    warehouse = tmp_path / "not-yet"
+    done = cdcnorm("tables", "-c", str(_sink_config(tmp_path, f"{{name: lake, warehouse: '{warehouse}'}}")))
+    assert done.returncode == 1
+    assert one_error_line(done) == (f"error: no tables yet: the warehouse {warehouse} does not exist (the sink "
+                                    "creates it with its first commit)")
+
+
+@pytest.mark.integration
+@pytest.mark.spark
+def test_tables_on_a_catalog_that_does_not_answer(tmp_path: Path) -> None:
+    """A REST catalog URI nobody listens on: Spark starts, the catalog cannot be listed; one line."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    catalog = f"{{name: lake, type: rest, properties: {{uri: 'http://127.0.0.1:{port}'}}}}"
+    done = cdcnorm("tables", "-c", str(_sink_config(tmp_path, catalog)))
+    assert done.returncode == 1, done.stderr.decode()[-3000:]
+    err = done.stderr.decode()
+    assert "Traceback" not in err and "py4j" not in err.lower(), err[-3000:]
+    [line] = [x for x in err.splitlines() if x.startswith("error:")]
+    assert line.startswith(f"error: rest catalog lake (http://127.0.0.1:{port}): ")
