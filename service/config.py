@@ -828,7 +828,9 @@ def parse_config(raw: Any, *, check_formats: bool = True, for_worker: bool = Tru
 
 
 def _valid_entries(config: PipelineConfig | None, doc: dict[str, Any]) -> Iterator[tuple[int, TopicEntry]]:
-    """The topic entries that pass the model (those that do not are reported already)."""
+    """The topic entries whose format options and transforms can be checked: those that pass
+    the model, and those that pass it without their failing keys (reported already), so that
+    ``errors: explode`` beside an unknown format option reports both in one run."""
     if config is not None:
         yield from enumerate(config.topics)
         return
@@ -838,8 +840,15 @@ def _valid_entries(config: PipelineConfig | None, doc: dict[str, Any]) -> Iterat
     for index, raw in enumerate(entries):
         try:
             yield index, TopicEntry.model_validate(raw, context={_RESOLVED: True})
-        except ValidationError:
-            continue
+        except ValidationError as exc:
+            failing = {err["loc"][0] for err in exc.errors() if err.get("loc")}
+            if not isinstance(raw, dict) or not failing:
+                continue
+            try:  # the failing keys at their defaults: what the rest of the entry says
+                yield index, TopicEntry.model_validate({k: v for k, v in raw.items() if k not in failing},
+                                                       context={_RESOLVED: True})
+            except ValidationError:
+                continue
 
 
 def load_config(path: str | Path, *, check_formats: bool = True, for_worker: bool = True) -> PipelineConfig:

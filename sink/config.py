@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
@@ -52,6 +52,10 @@ class JarSource(StrEnum):
     NONE = "none"  # already on the classpath (e.g. a cluster image)
 
 
+CatalogType = Literal["hadoop", "rest", "hive", "glue", "jdbc", "nessie", "custom"]
+"""Iceberg's catalog types (``CatalogUtil``; ``glue`` through its ``catalog-impl``), or ``custom``."""
+
+
 class CatalogConfig(_Strict):
     """The Iceberg catalog. ``hadoop`` on a local folder by default; others via Spark conf.
 
@@ -65,7 +69,11 @@ class CatalogConfig(_Strict):
     """
 
     name: str = Field("lake", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    type: str = Field("hadoop", description="hadoop | rest | hive | glue | custom (set catalog-impl in spark_conf)")
+    type: CatalogType = Field(
+        "hadoop",
+        description="hadoop | rest | hive | glue | jdbc | nessie (Iceberg's catalog types) | custom (a catalog-impl "
+        "class in properties)",
+    )
     warehouse: str = "var/warehouse"
     properties: dict[str, str] = Field(default_factory=dict, description="spark.sql.catalog.<name>.<key> values")
     table_location: str = Field(
@@ -77,6 +85,12 @@ class CatalogConfig(_Strict):
             "Empty: the catalog's default location."
         ),
     )
+
+    @model_validator(mode="after")
+    def _custom_names_its_class(self) -> CatalogConfig:
+        if self.type == "custom" and not self.properties.get("catalog-impl"):
+            raise ValueError("type custom needs properties.catalog-impl: the Iceberg Catalog class to load")
+        return self
 
     @model_validator(mode="before")
     @classmethod

@@ -213,11 +213,10 @@ def spark_conf(config: SinkConfig) -> dict[str, str]:
         "spark.scheduler.mode": "FAIR",
         "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
     }
-    if cat.type in ("hadoop", "rest", "hive", "glue"):
-        if cat.type == "glue":
-            conf[f"{prefix}.catalog-impl"] = "org.apache.iceberg.aws.glue.GlueCatalog"
-        else:
-            conf[f"{prefix}.type"] = cat.type
+    if cat.type == "glue":
+        conf[f"{prefix}.catalog-impl"] = "org.apache.iceberg.aws.glue.GlueCatalog"
+    elif cat.type != "custom":  # custom: its catalog-impl comes with the properties
+        conf[f"{prefix}.type"] = cat.type
     if cat.type == "hadoop":
         conf[f"{prefix}.warehouse"] = config.warehouse_path()
     elif cat.warehouse:  # the catalog's own name for it (a REST catalog's warehouse), as given

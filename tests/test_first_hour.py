@@ -112,3 +112,23 @@ def test_tables_on_a_catalog_that_does_not_answer(tmp_path: Path) -> None:
     assert "Traceback" not in err and "py4j" not in err.lower(), err[-3000:]
     [line] = [x for x in err.splitlines() if x.startswith("error:")]
     assert line.startswith(f"error: rest catalog lake (http://127.0.0.1:{port}): ")
+
+
+def test_validate_config_reports_every_problem_in_one_run(tmp_path: Path) -> None:
+    """An entry with a bad value beside an unknown format option and an unknown transform, and
+    an unknown catalog type: every one in the first run, not round after round."""
+    config = tmp_path / "pipeline.yaml"
+    config.write_text(
+        "topic_prefix: p\n"
+        "topics:\n"
+        "  - {name: a, format: canal-json, errors: explode, options: {no.such.option: 1},\n"
+        "     transforms: [{type: NoSuchTransform}]}\n"
+        "sink: {topic_pattern: 'p\\..*', catalog: {name: lake, type: nosuchtype}}\n"
+    )
+    done = cdcnorm("validate-config", str(config))
+    assert done.returncode == 1
+    err = done.stderr.decode()
+    assert "Traceback" not in err
+    keys = [line.split("=", 1)[0] for line in err.splitlines()]
+    assert keys == ["topics[0].errors", "topics[0].options.no.such.option", "topics[0].transforms[0].type",
+                    "sink.catalog.type"], err
