@@ -164,6 +164,14 @@ def transform(
         bool | None,
         typer.Option("--tombstones/--no-tombstones", help="Emit a tombstone after each delete. Default: on."),
     ] = None,
+    headers: Annotated[
+        bool,
+        typer.Option(
+            "--headers/--no-headers",
+            help="Print each record's headers (__debezium.newkey/oldkey of a key change, the chain's insert-field "
+            "headers) as [name, value] pairs. Default: on.",
+        ),
+    ] = True,
     key_lines: Annotated[
         bool,
         typer.Option(
@@ -264,7 +272,7 @@ def transform(
                                         "error_class": type(row_error).__name__}) + b"\n")
             for record in processed.records:
                 line_out: dict[str, Any] = {"topic": output_topic(record.topic), "key": record.key, "value": record.value}
-                if record.headers:  # as the worker produces them: name and value (UTF-8 text)
+                if headers and record.headers:  # as the worker produces them: name and value (UTF-8 text)
                     line_out["headers"] = [[name, value.decode("utf-8", "backslashreplace")]
                                            for name, value in record.headers]
                 out.write(orjson.dumps(line_out) + b"\n")

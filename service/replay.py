@@ -233,6 +233,8 @@ def replay_normalizer(config: PipelineConfig, *, dry_run: bool) -> Any:
     metadata: MetadataStore = RedisMetadataStore(client, rc.key_prefix, rc.metadata_cache_ttl_s)
     if dry_run:
         metadata = ReadOnlyMetadata(metadata)
+        # a dry run dead-letters nothing: its result lines say what would fail, no "dead-letter" warning
+        config = config.model_copy(update={"topics": [e.model_copy(update={"log_errors": False}) for e in config.topics]})
 
     def row_state(entry: TopicEntry) -> RowStateStore:
         store: RowStateStore = RedisRowStateStore(

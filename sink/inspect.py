@@ -69,9 +69,24 @@ def read_tables(config: SinkConfig, limit: int | None = None, meta: bool = False
     try:
         return _read_tables(spark, config, limit, meta)
     except (Py4JError, PySparkException) as exc:
-        java = getattr(exc, "java_exception", None)
-        text = str(java) if java is not None else str(exc)
-        raise CatalogUnreadable(text.strip().splitlines()[0][:500] if text.strip() else type(exc).__name__) from None
+        raise CatalogUnreadable(_java_reason(exc)) from None
+
+
+def _java_reason(exc: Exception) -> str:
+    """The first line of a Spark or Java error, and of its root cause (a REST client's
+    ``Connection refused`` is three causes below its ``RESTException``)."""
+    java = getattr(exc, "java_exception", None)
+    text = (str(java) if java is not None else str(exc)).strip()
+    first = text.splitlines()[0][:300] if text else type(exc).__name__
+    root = java
+    for _ in range(20):  # a cause chain is short; never loop on a cycle
+        cause = root.getCause() if root is not None else None
+        if cause is None:
+            break
+        root = cause
+    if root is None or root is java:
+        return first
+    return f"{first} (caused by {str(root.toString()).splitlines()[0][:300]})"
 
 
 def _read_tables(spark: Any, config: SinkConfig, limit: int | None, meta: bool) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,3 +133,16 @@ def test_validate_config_reports_every_problem_in_one_run(tmp_path: Path) -> Non
     keys = [line.split("=", 1)[0] for line in err.splitlines()]
     assert keys == ["topics[0].errors", "topics[0].options.no.such.option", "topics[0].transforms[0].type",
                     "sink.catalog.type"], err
+
+
+def test_transform_shows_the_records_headers(tmp_path: Path) -> None:
+    """A primary-key change: Debezium's delete of the old key names the new one in a header."""
+    update = tmp_path / "pk-change.txt"
+    update.write_text('{"data":[{"id":"2","name":"b"}],"database":"shop","table":"t","pkNames":["id"],"isDdl":false,'
+                      '"type":"UPDATE","old":[{"id":"1"}],"es":1,"ts":2,"mysqlType":{"id":"int","name":"varchar(10)"}}\n')
+    shown = [orjson.loads(x) for x in cdcnorm("transform", "-f", "canal-json", "--headers", str(update)).stdout.splitlines()]
+    named = {name: value for line in shown for name, value in line.get("headers", [])}
+    assert orjson.loads(named["__debezium.newkey"])["payload"] == {"id": 2}  # the key as the record key is
+    assert orjson.loads(named["__debezium.oldkey"])["payload"] == {"id": 1}
+    hidden = cdcnorm("transform", "-f", "canal-json", "--no-headers", str(update)).stdout.splitlines()
+    assert len(hidden) == len(shown) and not any("headers" in orjson.loads(x) for x in hidden)

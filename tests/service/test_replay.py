@@ -3,6 +3,7 @@ produce-then-commit order with fakes."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from pathlib import Path
 from typing import Any
@@ -244,10 +245,14 @@ def _replay(s: dict[str, Any], *args: str) -> tuple[int, list[dict[str, Any]], s
 
 @pytest.mark.integration
 @pytest.mark.timeout(180)
-def test_dry_run_says_what_would_happen_and_changes_nothing(setup: dict[str, Any]) -> None:
+def test_dry_run_says_what_would_happen_and_changes_nothing(setup: dict[str, Any],
+                                                            caplog: pytest.LogCaptureFixture) -> None:
     s = setup
-    code, lines, summary = _replay(s, "--dry-run")
+    with caplog.at_level(logging.INFO):
+        code, lines, summary = _replay(s, "--dry-run")
     assert code == 2, summary
+    # the result lines say what would fail; a dry run dead-letters nothing, so it logs no dead letter
+    assert not [r.getMessage() for r in caplog.records if r.getMessage().startswith("dead-letter")]
     assert [(x["dlq"]["offset"], x["outcome"]) for x in lines] == [
         (0, "would-replay"), (1, "failed"), (2, "unreplayable"), (3, "unreplayable"),
     ]
