@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import subprocess
 import sys
 from decimal import Decimal
@@ -122,6 +123,14 @@ def test_sink_reaches_the_independently_computed_state(broker: LocalBroker, tmp_
     print(f"records={len(history.records())} orders={tables['shop.orders']['count']} users={tables['shop.users']['count']}")
     _assert_state(tables, history)
     if catalog_kind != TEST_CATALOG:  # the hadoop catalog's smoke test: the replay runs on the tests' catalog
+        # and `cdcnorm tables` shows what landed, up to --limit rows of each table
+        shown = subprocess.run([sys.executable, "-m", "service.cli", "tables", "-c", str(config), "--limit", "2"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=240)
+        assert shown.returncode == 0, shown.stderr[-3000:]
+        heads = sorted(x for x in shown.stdout.splitlines() if re.match(rf"{db}\.\w+: \d+ of \d+ rows$", x))
+        counts = {name: tables[name.replace(f"{db}.", "shop.")]["count"] for name in (h.split(":")[0] for h in heads)}
+        assert heads == sorted(f"{name}: {min(2, n)} of {n} rows" for name, n in counts.items()), shown.stdout
+        assert len(heads) == 3
         return
     # replay: a new consumer group re-reads everything; the tables must not change (it takes
     # them over: a table belongs to one sink's group, README "One sink per table")
