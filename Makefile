@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml $(LOCK)
 
 up: $(STAMP)
 	scripts/ensure-debian-packages redis java
-	$(BIN)/cdcnorm up
+	$(BIN)/cdcnorm up --keep
 
 test: $(STAMP)
 	scripts/ensure-debian-packages redis postgres java maven

@@ -453,6 +453,10 @@ def up(
 
     console = _console()
     with Live(Text("starting..."), console=console, refresh_per_second=4, transient=True) as live:
+
+        def ready(result: Any) -> None:  # every sample is through (or up stopped before): the summary
+            _print_up_summary(live.console, result, keep=keep)
+
         try:
             result = run_up(
                 bootstrap=bootstrap,
@@ -464,12 +468,20 @@ def up(
                 broker=broker.value,
                 catalog=catalog.value,
                 progress=lambda line: live.update(Text(line)),
-                log=lambda line: live.console.print(line),
+                log=lambda line: live.console.print(line, markup=False, highlight=False),
+                on_ready=ready,
             )
         except LocalServiceError as exc:
             live.stop()
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None
+    if keep and result.finished:
+        console.print("stopped everything `up` started", markup=False, highlight=False)
+    if not result.finished:
+        raise typer.Exit(1)
+
+
+def _print_up_summary(console: Console, result: Any, *, keep: bool) -> None:
     table = Table(title="cdcnorm up: per format", title_justify="left")
     for column in ("format", "source topic", "produced", "messages in", "records out", "DLQ"):
         table.add_column(column, justify="right" if column in ("produced", "messages in", "records out", "DLQ") else "left")
@@ -485,12 +497,16 @@ def up(
     if result.tables:
         _print_tables(console, result.tables, f"Iceberg tables, read back through the {result.context.catalog}")
     started_broker = any(p.name in ("tansu", "kafka") for p in result.context.processes)
-    where = "" if not started_broker else "  (the broker started by `up` is stopped now; rerun with --keep to look while it runs)"
-    console.print(
-        f"look at records with: cdcnorm tail TOPIC --bootstrap {result.context.bootstrap} --from-beginning{where}"
-    )
-    if not result.finished:
-        raise typer.Exit(1)
+    example = next((t for t in result.output_topics if t.endswith(".tpch.region")), "TOPIC")
+    look = f"cdcnorm tail {example} --bootstrap {result.context.bootstrap} --from-beginning"
+    if keep and result.finished:
+        console.print(f"the pipeline keeps running; in another terminal look at the records with:\n  {look}\n"
+                      "Ctrl-C stops everything `up` started", markup=False, highlight=False)
+    elif started_broker:
+        console.print(f"look at records with: {look}  (the broker started by `up` is stopped now; "
+                      "rerun with --keep, as `make up` does, to look while it runs)", markup=False, highlight=False)
+    else:
+        console.print(f"look at records with: {look}", markup=False, highlight=False)
 
 
 @app.command()

@@ -225,8 +225,11 @@ def run_up(
     with_sink: bool = True,
     progress: Callable[[str], None] | None = None,
     log: Callable[[str], None] = print,
+    on_ready: Callable[[UpResult], None] | None = None,
 ) -> UpResult:
-    """Run the pipeline over the samples; see the module docstring."""
+    """Run the pipeline over the samples; see the module docstring. ``on_ready`` is given the
+    result as soon as every sample is through (and the sink ran): with ``keep`` the pipeline
+    then runs on, so the user can look at it, until Ctrl-C or ``duration_s``."""
     from confluent_kafka import Producer
 
     workdir = Path(tempfile.mkdtemp(prefix="cdcnorm-up-"))
@@ -286,8 +289,27 @@ def run_up(
                 started.append(proc)
         expected = {source[s.format_id]: len(s.messages) for s in samples}
         deadline = None if duration_s is None else time.monotonic() + duration_s
-        finished = False
         metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        result: UpResult | None = None
+
+        def summary(finished: bool) -> UpResult:
+            rows = [
+                {
+                    "format": s.format_id,
+                    "source_topic": source[s.format_id],
+                    "produced": len(s.messages),
+                    "messages_in": int(_sum(metrics, "cdcnorm_messages_in_total", topic=source[s.format_id])),
+                    "records_out": int(_sum(metrics, "cdcnorm_records_out_total", topic=source[s.format_id])),
+                    "dlq": int(_sum(metrics, "cdcnorm_dlq_total", topic=source[s.format_id])),
+                }
+                for s in samples
+            ]
+            from confluent_kafka.admin import AdminClient
+
+            topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).topics
+            outputs = sorted(t for t in topics if t == prefix or t.startswith(prefix + "."))
+            return UpResult(rows, outputs, finished, context)
+
         try:
             while True:
                 if not worker_proc.running:
@@ -301,35 +323,27 @@ def run_up(
                         f"in {int(sum(seen.values()))}/{sum(expected.values())}  "
                         f"out {int(_sum(metrics, 'cdcnorm_records_out_total'))}  "
                         f"dlq {int(_sum(metrics, 'cdcnorm_dlq_total'))}  inflight {int(inflight)}"
+                        + ("  (running; Ctrl-C stops)" if result is not None else "")
                     )
-                if metrics and all(seen[t] >= n for t, n in expected.items()) and inflight == 0:
-                    finished = True
+                if result is None and metrics and all(seen[t] >= n for t, n in expected.items()) and inflight == 0:
+                    result = summary(finished=True)  # every sample is through: the sink, then the summary
+                    if with_sink:
+                        data_topics = [t for t in result.output_topics
+                                       if t not in (prefix, f"{prefix}.dlq", f"{prefix}.transaction")]
+                        result.tables, result.sink_log = run_sink_once(context, data_topics, log, catalog)
+                    if on_ready is not None:
+                        on_ready(result)
                     if not keep:
-                        break
+                        return result
                 if deadline is not None and time.monotonic() >= deadline:
                     break
                 time.sleep(0.5)
         except KeyboardInterrupt:
             log("interrupted; stopping")
-        rows = [
-            {
-                "format": s.format_id,
-                "source_topic": source[s.format_id],
-                "produced": len(s.messages),
-                "messages_in": int(_sum(metrics, "cdcnorm_messages_in_total", topic=source[s.format_id])),
-                "records_out": int(_sum(metrics, "cdcnorm_records_out_total", topic=source[s.format_id])),
-                "dlq": int(_sum(metrics, "cdcnorm_dlq_total", topic=source[s.format_id])),
-            }
-            for s in samples
-        ]
-        from confluent_kafka.admin import AdminClient
-
-        topics = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5).topics
-        outputs = sorted(t for t in topics if t == prefix or t.startswith(prefix + "."))
-        result = UpResult(rows, outputs, finished, context)
-        if with_sink and finished:
-            data_topics = [t for t in outputs if t not in (prefix, f"{prefix}.dlq", f"{prefix}.transaction")]
-            result.tables, result.sink_log = run_sink_once(context, data_topics, log, catalog)
+        if result is None:  # stopped before every sample was through: what was done, no sink
+            result = summary(finished=False)
+            if on_ready is not None:
+                on_ready(result)
         return result
     finally:
         for service in reversed(started):

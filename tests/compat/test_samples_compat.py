@@ -29,3 +29,11 @@ def test_up_samples_accepted_by_connect(sample: Sample, connect_checker: Any) ->
         records.extend(pipeline.process(Message(value=value, key=key, topic=f"samples.{sample.format_id}", offset=offset)))
     assert records, sample.format_id
     assert_connect_accepts(connect_checker, records, f"{sample.format_id} sample records")
+
+
+def test_every_format_has_samples() -> None:
+    """``cdcnorm up`` shows every input format (``auto`` is a detector, not a format)."""
+    from transforms.decoders import DECODERS
+
+    assert sorted(s.format_id for s in SAMPLES) == sorted(f for f in DECODERS if f != "auto")
+    assert all(s.messages for s in SAMPLES)

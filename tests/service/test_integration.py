@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -301,22 +303,69 @@ def run_up(*args: str) -> str:
 
 
 @pytest.mark.timeout(480)
-@pytest.mark.parametrize(("broker", "named", "catalog"), [
-    ("tansu", "Tansu (memory only)", "hadoop"),
-    ("kafka", "Apache Kafka 4.", "rest"),
-])
-def test_cdcnorm_up_starts_its_own_broker(broker: str, named: str, catalog: str, redis_url: str) -> None:
-    """``make up``'s default (Tansu, a hadoop catalog) and ``cdcnorm up --broker kafka --catalog
-    rest``: the broker (and the REST catalog server) are started by ``up`` itself (nothing answers
-    at the address given), named in the summary, and stopped; the tables are read back through
-    the catalog."""
+def test_cdcnorm_up_starts_its_own_broker(redis_url: str) -> None:
+    """``cdcnorm up --broker kafka --catalog rest``: the broker and the REST catalog server are
+    started by ``up`` itself (nothing answers at the address given), named in the summary, and
+    stopped; the tables are read back through the catalog."""
     from service.local import free_port
 
-    out = run_up("--broker", broker, "--catalog", catalog, "--bootstrap", f"127.0.0.1:{free_port()}",
+    out = run_up("--broker", "kafka", "--catalog", "rest", "--bootstrap", f"127.0.0.1:{free_port()}",
                  "--redis-url", redis_url, "--topic-prefix", f"up{uuid.uuid4().hex[:6]}")
-    assert f"broker: {named}" in out, out[-3000:]
+    assert "broker: Apache Kafka 4." in out, out[-3000:]
     assert "the broker started by `up` is stopped now" in out
-    assert f"Iceberg tables, read back through the {catalog} catalog at " in out, out[-3000:]
+    assert "Iceberg tables, read back through the rest catalog at " in out, out[-3000:]
+
+
+@pytest.mark.timeout(480)
+def test_make_up_keeps_the_pipeline_running_to_look_at(redis_url: str) -> None:
+    """``make up`` (``cdcnorm up --keep``, Tansu, a hadoop catalog): once every sample is through
+    it prints the summary and the tables while the pipeline runs on, with the `cdcnorm tail`
+    command to look at the records; that command works then; Ctrl-C stops everything quickly."""
+    from service.local import broker_reachable, free_port
+
+    prefix = f"up{uuid.uuid4().hex[:6]}"
+    env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
+    env |= {k: v for k, v in os.environ.items() if k in ("JAVA_HOME", "HOME", "CDCNORM_CACHE_DIR", "XDG_CACHE_HOME")}
+    up = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "up", "--keep", "--bootstrap", f"127.0.0.1:{free_port()}",
+         "--redis-url", redis_url, "--topic-prefix", prefix],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+    lines: list[str] = []
+    try:
+        assert up.stdout is not None
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            line = up.stdout.readline()
+            if not line:
+                break
+            lines.append(line.rstrip("\n"))
+            if line.strip().startswith("cdcnorm tail "):
+                break
+        out = "\n".join(lines)
+        assert "the pipeline keeps running; in another terminal look at the records with:" in out, out[-3000:]
+        assert "broker: Tansu (memory only)" in out and "all samples processed" in out
+        assert "Iceberg tables, read back through the hadoop catalog at " in out
+        look = lines[-1].strip().split()
+        assert look[:2] == ["cdcnorm", "tail"] and look[2] == f"{prefix}.tpch.region"
+        bootstrap = look[look.index("--bootstrap") + 1]
+        shown = subprocess.run([sys.executable, "-m", "service.cli", *look[1:], "--count", "2"],
+                               cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0, shown.stderr
+        assert len(shown.stdout.splitlines()) == 2 and '"op"' in shown.stdout
+        assert up.poll() is None  # still running
+        stopping = time.monotonic()
+        up.send_signal(signal.SIGINT)  # Ctrl-C
+        rest, _ = up.communicate(timeout=60)
+        took = time.monotonic() - stopping
+    finally:
+        if up.poll() is None:
+            up.kill()
+    print(f"Ctrl-C to exit: {took:.1f}s; exit code {up.returncode}")
+    assert up.returncode == 0, rest[-3000:]
+    assert "stopped everything `up` started" in rest
+    assert took < 30
+    assert not broker_reachable(bootstrap, 2.0)  # the broker it started is gone
 
 
 @pytest.mark.timeout(480)
