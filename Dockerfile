@@ -26,6 +26,8 @@ COPY pyproject.toml README.md ./
 COPY transforms ./transforms
 COPY service ./service
 COPY sink ./sink
+COPY cdcnorm ./cdcnorm
+COPY cdcnorm_common ./cdcnorm_common
 
 FROM builder AS worker-builder
 RUN pip install --no-cache-dir --require-hashes -r requirements/worker.txt \

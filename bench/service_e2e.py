@@ -578,7 +578,7 @@ class WorkerFleet:
             self.logs.append(log)
             self.ports.append(port)
             self.procs.append(subprocess.Popen(
-                [sys.executable, "-m", "service.cli", "worker", "--config", str(path)],
+                [sys.executable, "-m", "cdcnorm.cli", "worker", "--config", str(path)],
                 cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             ))
             if profile is not None:

@@ -1054,7 +1054,9 @@ def _faust_settings(config: PipelineConfig, data_dir: Path) -> dict[str, Any]:
         "key_serializer": "raw",
         "logging_config": None,
     }
-    credentials = broker.faust_credentials()
+    from service.transport import faust_credentials
+
+    credentials = faust_credentials(broker)
     if credentials is not None:
         settings["broker_credentials"] = credentials
     return settings

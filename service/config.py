@@ -5,8 +5,8 @@ Every string value may hold ``${VAR}``, ``${VAR:-default}`` or ``${VAR:?message}
 whole ``file:/path`` reference (outside the ``sink:`` section, where only secret-looking keys
 read files); :func:`parse_config` resolves them all before validating (:func:`resolve_reference`).
 
-Every section forbids unknown keys (the ``sink:`` section too, through
-:class:`sink.config.SinkConfig`). A bad config stops start-up with a
+Every section forbids unknown keys (the ``sink:`` section too: the ``cdcnorm`` command line hands
+:class:`sink.config.SinkConfig` to :func:`parse_config`, which this package does not import). A bad config stops start-up with a
 :class:`~transforms.errors.ConfigError` that names the YAML key path (``topics[1].format``),
 the value and the reason; a config with several problems raises :class:`ConfigErrors`, which
 lists every one of them. Kafka Connect's error-handling keys (:data:`CONNECT_ERROR_KEYS`) are
@@ -18,7 +18,7 @@ came from with its default masked), passwords inside URLs are masked, and
 secret-looking keys anywhere in the config included) in every log record.
 
 The settings reach the clients through :meth:`BrokerConfig.librdkafka` (confluent-kafka: the
-sink, ``tail``), :meth:`BrokerConfig.faust_credentials` / :meth:`BrokerConfig.aiokafka_auth`
+sink, ``tail``), :func:`service.transport.faust_credentials` / :meth:`BrokerConfig.aiokafka_auth`
 (the Faust worker's aiokafka clients) and :meth:`RedisConfig.client_kwargs`
 (``service.state.connect_redis``).
 
@@ -38,13 +38,13 @@ from __future__ import annotations
 import copy
 import re
 import string
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from service.converters import OutputConfig
@@ -715,14 +715,14 @@ def resolve_sink_secrets(section: dict[str, Any]) -> dict[str, Any]:
     return copy.deepcopy(section)
 
 
-def _sink_errors(section: dict[str, Any], document: _Document) -> list[tuple[tuple[Any, ...], ConfigError]]:
-    """The problems of the ``sink:`` section (unknown keys, bad values), with ``sink.`` paths."""
-    from sink.config import SinkConfig
-
+def _section_errors(name: str, model: type[BaseModel], section: dict[str, Any],
+                    document: _Document) -> list[tuple[tuple[Any, ...], ConfigError]]:
+    """The problems of a section another part checks (unknown keys, bad values), with
+    ``<name>.`` paths."""
     try:
-        SinkConfig.model_validate(section)
+        model.model_validate(section)
     except ValidationError as exc:
-        return _validation_errors(exc, document, ("sink",))
+        return _validation_errors(exc, document, (name,))
     return []
 
 
@@ -792,11 +792,13 @@ def build_chain_checked(specs: list[dict[str, Any]], where: str, emit_options: A
     return build_chain(specs, emit_options=emit_options)
 
 
-def parse_config(raw: Any, *, check_formats: bool = True, for_worker: bool = True) -> PipelineConfig:
+def parse_config(raw: Any, *, check_formats: bool = True, for_worker: bool = True,
+                 sections: Mapping[str, type[BaseModel]] | None = None) -> PipelineConfig:
     """Validate a parsed YAML document.
 
-    Every problem is reported at once: unresolved references, every pydantic error, the sink
-    section's, (with ``check_formats``) each topic entry's format options and transform
+    Every problem is reported at once: unresolved references, every pydantic error, those of
+    the ``sections`` other parts own (``{"sink": SinkConfig}``, given by the ``cdcnorm``
+    command line: the worker's package does not import the sink's), (with ``check_formats``) each topic entry's format options and transform
     steps, and (with ``for_worker``) the settings the worker's Kafka client cannot honour
     (``broker.group_protocol: consumer``; commands that never join a group, ``dlq replay`` and
     ``tail``, pass False). One problem raises a ConfigError naming the key path, the value
@@ -813,8 +815,9 @@ def parse_config(raw: Any, *, check_formats: bool = True, for_worker: bool = Tru
         config = PipelineConfig.model_validate(doc, context={_RESOLVED: True})
     except ValidationError as exc:
         problems += _validation_errors(exc, document)
-    if isinstance(doc.get("sink"), dict):
-        problems += _sink_errors(doc["sink"], document)
+    for name, model in (sections or {}).items():
+        if isinstance(doc.get(name), dict):
+            problems += _section_errors(name, model, doc[name], document)
     if for_worker:
         problems += _worker_client_errors(document)
     if check_formats:
@@ -851,6 +854,7 @@ def _valid_entries(config: PipelineConfig | None, doc: dict[str, Any]) -> Iterat
                 continue
 
 
-def load_config(path: str | Path, *, check_formats: bool = True, for_worker: bool = True) -> PipelineConfig:
+def load_config(path: str | Path, *, check_formats: bool = True, for_worker: bool = True,
+                sections: Mapping[str, type[BaseModel]] | None = None) -> PipelineConfig:
     """Read and validate a pipeline YAML file (:func:`parse_config`)."""
-    return parse_config(read_yaml(path), check_formats=check_formats, for_worker=for_worker)
+    return parse_config(read_yaml(path), check_formats=check_formats, for_worker=for_worker, sections=sections)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from service.extras import require_extras
+from transforms.extras import require_extras
 
 __all__ = [
     "BROKERS",

@@ -37,6 +37,8 @@ from faust.types import TP
 from faust.types.transports import TransportT
 from mode import Service, ServiceT
 
+from transforms.configfile import BrokerConfig, SecurityProtocol
+
 __all__ = ["BatchApp", "BatchConsumer", "BatchHandler", "BatchTransport", "IdempotentProducer"]
 
 
@@ -244,3 +246,22 @@ class BatchApp(faust.App):
 
     def _new_transport(self) -> TransportT:
         return BatchTransport(self.conf.broker_consumer, self)
+
+
+def faust_credentials(broker: BrokerConfig) -> Any:
+    """Faust's ``broker_credentials`` for ``broker``, or None for PLAINTEXT.
+
+    Faust turns them into the same aiokafka arguments as :meth:`BrokerConfig.aiokafka_auth`
+    (``faust.transport.drivers.aiokafka.credentials_to_aiokafka_auth``).
+    """
+    if broker.security_protocol is SecurityProtocol.PLAINTEXT:
+        return None
+    context = broker.ssl_context()
+    if not broker.uses_sasl:
+        return faust.SSLCredentials(context)
+    return faust.SASLCredentials(
+        username=broker.sasl_username,
+        password=broker.sasl_password.get_secret_value() if broker.sasl_password else None,
+        ssl_context=context,
+        mechanism=broker.sasl_mechanism.value if broker.sasl_mechanism else None,
+    )

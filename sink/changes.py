@@ -218,7 +218,7 @@ class RecordParser:
         """A parser with the registry of ``sink.schema_registry`` (``None``: JSON only)."""
         if settings is None:
             return cls()
-        from service.converters import registry_client
+        from cdcnorm_common.registry import registry_client
 
         return cls(registry_client(settings))
 
@@ -275,7 +275,7 @@ class RecordParser:
     def _writer_schema(self, schema_id: int, where: str) -> tuple[Any, dict[str, Any]]:
         from fastavro import parse_schema
 
-        from service.converters import SchemaRegistryUnavailable, is_registry_outage
+        from cdcnorm_common.registry import SchemaRegistryUnavailable, is_registry_outage
 
         try:
             registered = self._registry.get_schema(schema_id)

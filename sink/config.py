@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from service.converters import SchemaRegistrySettings
+from cdcnorm_common.registry import SchemaRegistrySettings
 from transforms.configfile import is_secret_key
 
 __all__ = ["CatalogConfig", "JarSource", "MaintenanceConfig", "SinkConfig", "UpsertMode", "WriteMode", "WriteRetryConfig"]

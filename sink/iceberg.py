@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
-from service.extras import require_extras
 from sink.changes import SinkChange, TableBatch, key_text
 from sink.commits import in_this_thread
 from sink.config import JarSource, SinkConfig, WriteMode
@@ -60,6 +59,7 @@ from sink.tasks import (
 from sink.types import ColumnSpec, widening
 from transforms.envelope import Operation
 from transforms.errors import MissingExtraError
+from transforms.extras import require_extras
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -8,7 +8,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.extras import require_extras
 from sink.config import SinkConfig
 from transforms.configfile import (
     REFERENCES_RESOLVED,
@@ -20,6 +19,7 @@ from transforms.configfile import (
     validation_errors,
 )
 from transforms.errors import ConfigError
+from transforms.extras import require_extras
 
 __all__ = ["SECTIONS", "load_sink_config", "read_sink_config", "run_sink"]
 

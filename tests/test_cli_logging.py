@@ -10,9 +10,9 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
+from cdcnorm.cli import app
 from service import logs
 from service.app import Normalizer
-from service.cli import app
 from service.config import SecretRedactor, parse_config
 from transforms.decoders import Message
 

@@ -13,12 +13,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from service.cli import app
+from cdcnorm.cli import app
 from transforms.envelope import EmitOptions
 from transforms.smt.registry import build_chain
 
 ROOT = Path(__file__).resolve().parents[1]
-CDCNORM = [sys.executable, "-m", "service.cli"]
+CDCNORM = [sys.executable, "-m", "cdcnorm.cli"]
 
 
 def _run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
@@ -228,8 +228,8 @@ def test_transaction_records_as_the_config_entry_says(tmp_path: Path) -> None:
 def test_commands_of_the_worker_pipeline_name_the_service_extra(
     argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from service.cli import main
-    from service.extras import EXTRAS
+    from cdcnorm.cli import main
+    from transforms.extras import EXTRAS
 
     monkeypatch.setitem(EXTRAS, "service", (*EXTRAS["service"], "cdcnorm_test_module_that_is_not_installed"))
     monkeypatch.setattr(sys, "argv", ["cdcnorm", *argv])
@@ -241,7 +241,7 @@ def test_commands_of_the_worker_pipeline_name_the_service_extra(
 
 
 def test_transform_without_config_needs_no_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    from service.extras import EXTRAS
+    from transforms.extras import EXTRAS
 
     monkeypatch.setitem(EXTRAS, "service", (*EXTRAS["service"], "cdcnorm_test_module_that_is_not_installed"))
     result = CliRunner().invoke(app, ["transform", "--format", "canal-json", "-"], input=NO_TABLE + b"\n")

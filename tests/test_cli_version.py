@@ -6,7 +6,7 @@ from importlib.metadata import version
 
 from typer.testing import CliRunner
 
-from service.cli import app
+from cdcnorm.cli import app
 from transforms.decoders import DECODERS
 
 

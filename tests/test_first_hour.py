@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def cdcnorm(*args: str, cwd: Path | None = None, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
     """``cdcnorm ARGS`` run from ``cwd`` (this checkout's code, wherever that is)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "service.cli", *args], capture_output=True, timeout=120,
+    return subprocess.run([sys.executable, "-m", "cdcnorm.cli", *args], capture_output=True, timeout=120,
                           cwd=cwd, input=stdin, env=env)
 
 

@@ -557,26 +557,6 @@ class BrokerConfig(Section):
             auth["sasl_plain_password"] = self.sasl_password.get_secret_value() if self.sasl_password else None
         return auth
 
-    def faust_credentials(self) -> Any:
-        """Faust's ``broker_credentials`` for this config, or None for PLAINTEXT.
-
-        Faust turns them into the same aiokafka arguments as :meth:`aiokafka_auth`
-        (``faust.transport.drivers.aiokafka.credentials_to_aiokafka_auth``).
-        """
-        if self.security_protocol is SecurityProtocol.PLAINTEXT:
-            return None
-        import faust
-
-        context = self.ssl_context()
-        if not self.uses_sasl:
-            return faust.SSLCredentials(context)
-        return faust.SASLCredentials(
-            username=self.sasl_username,
-            password=self.sasl_password.get_secret_value() if self.sasl_password else None,
-            ssl_context=context,
-            mechanism=self.sasl_mechanism.value if self.sasl_mechanism else None,
-        )
-
     def secret_values(self) -> Iterator[str]:
         for secret in (self.sasl_password, self.ssl_password):
             if secret is not None:

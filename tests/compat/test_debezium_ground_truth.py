@@ -75,7 +75,7 @@ def test_transform_cli_re_emits_debeziums_records_unchanged(capture: Capture, tm
     source = tmp_path / "debezium.txt"  # key line, value line, as Kafka holds them
     source.write_text("".join(f"{r['key'] or 'null'}\n{r['value'] or 'null'}\n" for r in capture.records))
     proc = subprocess.run(
-        [sys.executable, "-m", "service.cli", "transform", "--format", "debezium-json",
+        [sys.executable, "-m", "cdcnorm.cli", "transform", "--format", "debezium-json",
          "--topic-prefix", TOPIC_PREFIX, "--key-lines", str(source)],
         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
     )

@@ -1,4 +1,4 @@
-"""The `cdcnorm up` samples (service/samples) through the real Kafka Connect and Debezium runtime.
+"""The `cdcnorm up` samples (cdcnorm/samples) through the real Kafka Connect and Debezium runtime.
 
 The same messages ``make up`` produces, decoded offline the way the worker decodes them; the
 integration test ``tests/service/test_integration.py::test_cdcnorm_up_runs_the_samples`` checks
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from service.up import Sample, load_samples
+from cdcnorm.up import Sample, load_samples
 from tests.conftest import assert_connect_accepts
 from transforms.decoders import Message, create_decoder
 from transforms.envelope import EmitOptions

@@ -463,7 +463,7 @@ def _configmap_data(docs: list[dict[str, Any]], source: dict[str, Any]) -> dict[
 
 def _validate_config(path: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     cli = Path(sys.executable).parent / "cdcnorm"
-    command = [str(cli)] if cli.exists() else [sys.executable, "-m", "service.cli"]
+    command = [str(cli)] if cli.exists() else [sys.executable, "-m", "cdcnorm.cli"]
     referenced = {ref.name for ref in config_references(path.read_text(encoding="utf-8"))}
     inherited = {k: v for k, v in os.environ.items() if k not in referenced}
     return subprocess.run(
@@ -781,7 +781,7 @@ def stages() -> list[str]:
 
 # Dockerfile target of each image name the manifests use (the README's `docker build` lines)
 IMAGE_TARGETS = {"cdcnorm": "worker", "cdcnorm-sink": "sink", "cdcnorm-spark": "spark", "cdcnorm-broker": "broker"}
-# what each workload imports (service/extras.py): the image that runs it must install these
+# what each workload imports (transforms/extras.py): the image that runs it must install these
 SPARK_PACKAGES = {"pyspark", "py4j", "snowpark-connect-deps-iceberg"}
 WORKER_PACKAGES = {"faust-streaming", "aiokafka", "confluent-kafka", "redis", "prometheus-client"}
 SINK_PACKAGES = {"pyspark", "snowpark-connect-deps-iceberg", "confluent-kafka", "prometheus-client"}

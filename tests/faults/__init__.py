@@ -2,7 +2,7 @@
 
 Real processes on loopback: the test broker (Apache Kafka, or Tansu with
 ``CDCNORM_TEST_BROKER=tansu``: :mod:`tests.brokers`), redis-server
-(``service.local.start_redis``), the worker (``python -m service.cli worker``) and the sink
+(``service.local.start_redis``), the worker (``python -m cdcnorm.cli worker``) and the sink
 (``python -m sink --once``, in its own process group so a kill takes its JVM too).
 
 * ``test_crashes``: the worker SIGKILLed at 5 seeded stream positions, then the sink SIGKILLed

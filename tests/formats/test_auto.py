@@ -409,7 +409,7 @@ def test_cli_reports_detected_formats_last_on_stderr() -> None:
         ]
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "service.cli", "transform", "--format", "auto", "-"],
+        [sys.executable, "-m", "cdcnorm.cli", "transform", "--format", "auto", "-"],
         input=stdin + b"\n",
         capture_output=True,
         cwd=ROOT,

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from service.config import PipelineConfig, parse_config
+from service.transport import faust_credentials
 from tests.security.conftest import KEY_PASSWORD
 from tests.security.servers import TlsFiles
 from transforms.errors import ConfigError
@@ -54,7 +55,7 @@ def faust_aiokafka_kwargs(cfg: PipelineConfig) -> dict[str, Any]:
     """What Faust's aiokafka driver hands to AIOKafkaConsumer/Producer for our credentials."""
     from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
-    return dict(credentials_to_aiokafka_auth(cfg.broker.faust_credentials()))
+    return dict(credentials_to_aiokafka_auth(faust_credentials(cfg.broker)))
 
 
 def build_aiokafka_consumer(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -165,7 +166,7 @@ def test_wrong_key_password_is_a_config_error_without_the_password(tls_files: Tl
         }
     )
     with pytest.raises(ConfigError) as info:
-        cfg.broker.faust_credentials()
+        faust_credentials(cfg.broker)
     assert info.value.key == "broker.ssl_certfile"
     assert "not-the-key-pw-Qx" not in str(info.value)
     assert info.value.__cause__ is None and info.value.__context__ is not None  # suppressed, not chained
@@ -181,7 +182,7 @@ def test_hostname_check_can_be_turned_off_for_both_clients(tls_files: TlsFiles) 
 
 def test_plaintext_has_no_credentials() -> None:
     cfg = config({"bootstrap_servers": "127.0.0.1:9092"})
-    assert cfg.broker.faust_credentials() is None
+    assert faust_credentials(cfg.broker) is None
     assert cfg.broker.aiokafka_auth() == {"security_protocol": "PLAINTEXT"}
     assert cfg.broker.librdkafka() == {
         "bootstrap.servers": "127.0.0.1:9092", "security.protocol": "PLAINTEXT", "client.id": "cdcnorm",

@@ -3,6 +3,7 @@ not in any ConfigError (whatever level fails), not in log records at any level."
 
 from __future__ import annotations
 
+import functools
 import logging
 import traceback
 from collections.abc import Iterator
@@ -13,9 +14,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from service.cli import app
+from cdcnorm.cli import app, config_sections
 from service.config import SecretRedactor, load_config, mask_secrets, mask_url
 from transforms.errors import ConfigError
+
+_load_config = functools.partial(load_config, sections=config_sections())  # as the cdcnorm command checks a file
 
 # Each one distinctive; each delivered a different way.
 ENV_KAFKA = "envKafkaPw-9fQ2"  # ${CDCNORM_LEAK_KAFKA_PW}
@@ -92,7 +95,7 @@ def test_valid_config_with_secrets_prints_none(
     secret_env: Path, tmp_path: Path, debug_logs: pytest.LogCaptureFixture
 ) -> None:
     path = write(tmp_path, good_raw(secret_env))
-    cfg = load_config(path)
+    cfg = _load_config(path)
     # the secrets were resolved and reach the clients ...
     assert cfg.broker.librdkafka()["sasl.password"] == ENV_KAFKA
     assert cfg.redis.client_kwargs()["password"] == FILE_REDIS
@@ -169,7 +172,7 @@ def test_every_config_error_masks_secrets(
     raw, key = _variants(secret_env)[variant]
     path = write(tmp_path, raw)
     with pytest.raises(ConfigError) as info:
-        load_config(path)
+        _load_config(path)
     exc = info.value
     assert exc.key == key, str(exc)
     rendered = "".join(traceback.format_exception(exc))

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from service.cli import app
+from cdcnorm.cli import app
 from service.local import create_topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

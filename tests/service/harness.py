@@ -48,7 +48,7 @@ class WorkerProcess:
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         log = workdir / f"{name}.log"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "worker", "--config", str(self.config_path)],
+            [sys.executable, "-m", "cdcnorm.cli", "worker", "--config", str(self.config_path)],
             cwd=ROOT,
             stdout=log.open("ab"),
             stderr=subprocess.STDOUT,

@@ -7,7 +7,7 @@ import io
 import pytest
 from rich.console import Console
 
-from service.cli import _print_tables
+from cdcnorm.cli import _print_tables
 
 TABLES = {
     "LAB.ALL_TYPES": {"rows": [{"K1": 9007199254740993, "NOTE": "x" * 200}], "count": 2, "snapshots": 3, "data_files": 1},

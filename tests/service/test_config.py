@@ -9,7 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from service.cli import app
+from cdcnorm.cli import app
 from service.config import ErrorPolicy, load_config, parse_config
 from transforms.errors import ConfigError
 

@@ -4,6 +4,7 @@ reason, in document order; `validate-config`, the worker and the sink print the 
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +12,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from service.cli import app
+from cdcnorm.cli import app, config_sections
 from service.config import ConfigErrors, format_config_error, load_config, parse_config
 from transforms.errors import ConfigError
+
+_load_config = functools.partial(load_config, sections=config_sections())  # as the cdcnorm command checks a file
+_parse_config = functools.partial(parse_config, sections=config_sections())  # as the cdcnorm command checks a file
 
 SALT = "errSalt-5Gq1"
 
@@ -33,13 +37,13 @@ def three_errors() -> dict[str, Any]:
 
 def errors_of(raw: dict[str, Any], **kwargs: Any) -> list[ConfigError]:
     with pytest.raises(ConfigError) as info:
-        parse_config(raw, **kwargs)
+        _parse_config(raw, **kwargs)
     return list(getattr(info.value, "errors", [info.value]))
 
 
 def test_three_errors_in_different_places_are_all_reported() -> None:
     with pytest.raises(ConfigErrors) as info:
-        parse_config(three_errors())
+        _parse_config(three_errors())
     exc = info.value
     assert [e.key for e in exc.errors] == ["broker.bootstrap_servers", "topics[1].format", "sink.trigger_interval_seconds"]
     assert [e.value for e in exc.errors] == ["no-port-here", "shareplex-jsn", -1]
@@ -122,7 +126,7 @@ def test_pydantic_and_semantic_errors_of_every_entry(monkeypatch: pytest.MonkeyP
 
 def test_one_error_is_a_plain_config_error() -> None:
     with pytest.raises(ConfigError) as info:
-        parse_config({"topics": [{"name": "a", "format": "nope"}]})
+        _parse_config({"topics": [{"name": "a", "format": "nope"}]})
     assert not isinstance(info.value, ConfigErrors)
     assert info.value.key == "topics[0].format"
 
@@ -139,7 +143,7 @@ def test_secrets_stay_masked_in_every_listed_error(tmp_path: Path, monkeypatch: 
     path = tmp_path / "pipeline.yaml"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     with pytest.raises(ConfigErrors) as info:
-        load_config(path)
+        _load_config(path)
     assert len(info.value.errors) == 4, str(info.value)
     result = CliRunner().invoke(app, ["validate-config", str(path)])
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 4

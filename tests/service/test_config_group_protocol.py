@@ -9,6 +9,7 @@ worker on a real Kafka: it stops before joining, the group stays empty.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import pkgutil
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from service.cli import app
+from cdcnorm.cli import app, config_sections
 from service.config import (
     GroupProtocol,
     PipelineConfig,
@@ -27,6 +28,8 @@ from service.config import (
     parse_config,
 )
 from transforms.errors import ConfigError
+
+_parse_config = functools.partial(parse_config, sections=config_sections())  # as the cdcnorm command checks a file
 
 REASON = "the worker's consumer is Faust's aiokafka consumer, which implements only the classic group protocol"
 
@@ -37,7 +40,7 @@ def raw(**broker: Any) -> dict[str, Any]:
 
 def errors_of(document: dict[str, Any], **kwargs: Any) -> list[ConfigError]:
     with pytest.raises(ConfigError) as info:
-        parse_config(document, **kwargs)
+        _parse_config(document, **kwargs)
     return list(getattr(info.value, "errors", [info.value]))
 
 
@@ -48,8 +51,8 @@ def write(tmp_path: Path, document: dict[str, Any]) -> Path:
 
 
 def test_classic_is_the_default_and_can_be_given() -> None:
-    assert parse_config(raw()).broker.group_protocol is GroupProtocol.CLASSIC
-    assert parse_config(raw(group_protocol="classic")).broker.group_protocol is GroupProtocol.CLASSIC
+    assert _parse_config(raw()).broker.group_protocol is GroupProtocol.CLASSIC
+    assert _parse_config(raw(group_protocol="classic")).broker.group_protocol is GroupProtocol.CLASSIC
 
 
 def test_the_worker_refuses_the_consumer_protocol_naming_key_value_and_why() -> None:
@@ -81,15 +84,15 @@ def test_a_reference_names_where_the_value_came_from(monkeypatch: pytest.MonkeyP
     """One config for worker and sink: the sink's environment sets the variable, the worker's not."""
     document = raw(group_protocol="${KAFKA_GROUP_PROTOCOL:-classic}")
     monkeypatch.delenv("KAFKA_GROUP_PROTOCOL", raising=False)
-    assert parse_config(document).broker.group_protocol is GroupProtocol.CLASSIC
+    assert _parse_config(document).broker.group_protocol is GroupProtocol.CLASSIC
     monkeypatch.setenv("KAFKA_GROUP_PROTOCOL", "consumer")
     (error,) = errors_of(document)
     assert error.value == "consumer" and error.reason.endswith("(from ${KAFKA_GROUP_PROTOCOL:-classic})")
-    assert parse_config(document, for_worker=False).broker.group_protocol is GroupProtocol.CONSUMER
+    assert _parse_config(document, for_worker=False).broker.group_protocol is GroupProtocol.CONSUMER
 
 
 def test_commands_that_join_no_group_take_the_consumer_protocol() -> None:
-    cfg = parse_config(raw(group_protocol="consumer"), for_worker=False)
+    cfg = _parse_config(raw(group_protocol="consumer"), for_worker=False)
     assert cfg.broker.group_protocol is GroupProtocol.CONSUMER
     assert "group.protocol" not in cfg.broker.librdkafka()  # producers, admin and assign-only consumers
     assert cfg.broker.librdkafka_group_member()["group.protocol"] == "consumer"

@@ -104,7 +104,7 @@ def test_a_worker_that_cannot_reach_its_broker_exits_3_with_one_line_and_no_trac
         f"topic_prefix: p\nbroker: {{bootstrap_servers: '127.0.0.1:{port}'}}\n"
         "topics: [{name: a, format: canal-json}]\nmetadata_log: {enabled: false}\nweb: {enabled: false}\n"
     )
-    done = subprocess.run([sys.executable, "-m", "service.cli", "worker", "-c", str(config)],
+    done = subprocess.run([sys.executable, "-m", "cdcnorm.cli", "worker", "-c", str(config)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == EXIT_FATAL == 3, done.stderr[-3000:]
     assert "Traceback" not in done.stderr

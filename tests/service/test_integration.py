@@ -282,7 +282,7 @@ def run_up(*args: str) -> str:
     env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin"}
     env |= {k: v for k, v in os.environ.items() if k in ("JAVA_HOME", "HOME", "CDCNORM_CACHE_DIR", "XDG_CACHE_HOME")}
     result = subprocess.run(
-        [sys.executable, "-m", "service.cli", "up", "--duration", "90", *args],
+        [sys.executable, "-m", "cdcnorm.cli", "up", "--duration", "90", *args],
         cwd=ROOT, capture_output=True, text=True, timeout=420, env=env,
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -327,7 +327,7 @@ def test_make_up_keeps_the_pipeline_running_to_look_at(redis_url: str) -> None:
     env = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONUNBUFFERED": "1"}
     env |= {k: v for k, v in os.environ.items() if k in ("JAVA_HOME", "HOME", "CDCNORM_CACHE_DIR", "XDG_CACHE_HOME")}
     up = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "up", "--keep", "--bootstrap", f"127.0.0.1:{free_port()}",
+        [sys.executable, "-m", "cdcnorm.cli", "up", "--keep", "--bootstrap", f"127.0.0.1:{free_port()}",
          "--redis-url", redis_url, "--topic-prefix", prefix],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )
@@ -349,7 +349,7 @@ def test_make_up_keeps_the_pipeline_running_to_look_at(redis_url: str) -> None:
         look = lines[-1].strip().split()
         assert look[:2] == ["cdcnorm", "tail"] and look[2] == f"{prefix}.tpch.region"
         bootstrap = look[look.index("--bootstrap") + 1]
-        shown = subprocess.run([sys.executable, "-m", "service.cli", *look[1:], "--count", "2"],
+        shown = subprocess.run([sys.executable, "-m", "cdcnorm.cli", *look[1:], "--count", "2"],
                                cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert shown.returncode == 0, shown.stderr
         assert len(shown.stdout.splitlines()) == 2 and '"op"' in shown.stdout

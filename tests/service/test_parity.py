@@ -114,7 +114,7 @@ def _with_prefix(entries: list[dict[str, Any]], prefix: str) -> list[dict[str, A
 def _run_cli(config_path: Path, source: str, data: bytes, tmp: Path) -> tuple[list[dict[str, Any]], int]:
     from typer.testing import CliRunner
 
-    from service.cli import app
+    from cdcnorm.cli import app
 
     path = tmp / f"{source}.txt"
     path.write_bytes(data)

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from cdcnorm.cli import app
 from service.app import Normalizer
-from service.cli import app
 from service.config import parse_config
 from service.dlq import (
     ERROR_CLASS,

@@ -46,7 +46,7 @@ def test_the_worker_exits_2_naming_the_setting(apache_kafka_bootstrap: str, redi
         "worker": {"app_id": "session-timeout-check"},
         "topics": [{"name": "st-src", "format": "canal-json"}],
     }))
-    done = subprocess.run([sys.executable, "-m", "service.cli", "worker", "--config", str(config)],
+    done = subprocess.run([sys.executable, "-m", "cdcnorm.cli", "worker", "--config", str(config)],
                           capture_output=True, text=True, timeout=90)
     assert done.returncode == 2, done.stderr[-2000:]
     assert "worker not started: broker.session_timeout_s: 4 (4000 ms) is below the brokers' " \

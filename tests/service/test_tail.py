@@ -12,8 +12,8 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
+from cdcnorm.cli import app
 from service.app import Normalizer
-from service.cli import app
 from service.config import parse_config
 from service.local import create_topics, free_port
 from service.tail import unwrap_value, without_schema
@@ -63,7 +63,7 @@ def test_other_records_are_not_unwrapped() -> None:
 def test_an_unreachable_broker_is_a_one_line_error() -> None:
     port = free_port()  # nothing listens there
     proc = subprocess.run(
-        [sys.executable, "-m", "service.cli", "tail", "t", "--bootstrap", f"127.0.0.1:{port}", "--connect-timeout", "1"],
+        [sys.executable, "-m", "cdcnorm.cli", "tail", "t", "--bootstrap", f"127.0.0.1:{port}", "--connect-timeout", "1"],
         capture_output=True, text=True, cwd=ROOT, timeout=60, check=False,
     )
     assert proc.returncode == 1

@@ -124,7 +124,7 @@ def test_sink_reaches_the_independently_computed_state(broker: LocalBroker, tmp_
     _assert_state(tables, history)
     if catalog_kind != TEST_CATALOG:  # the hadoop catalog's smoke test: the replay runs on the tests' catalog
         # and `cdcnorm tables` shows what landed, up to --limit rows of each table
-        shown = subprocess.run([sys.executable, "-m", "service.cli", "tables", "-c", str(config), "--limit", "2"],
+        shown = subprocess.run([sys.executable, "-m", "cdcnorm.cli", "tables", "-c", str(config), "--limit", "2"],
                                cwd=ROOT, capture_output=True, text=True, timeout=240)
         assert shown.returncode == 0, shown.stderr[-3000:]
         heads = sorted(x for x in shown.stdout.splitlines() if re.match(rf"{db}\.\w+: \d+ of \d+ rows$", x))

@@ -20,12 +20,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from service.extras import require_extras
 from service.logs import LOG_FORMAT_ENV, LogFormat, configure_logging
 from service.topics import DEFAULT_SOURCE_TOPIC, is_valid_topic_name, source_topic_for_file, valid_topic_name
 from transforms.decoders import DECODERS, Message, create_decoder, decoder_class
 from transforms.envelope import EmitOptions
 from transforms.errors import ConfigError, MissingExtraError
+from transforms.extras import require_extras
 from transforms.options import describe_options
 from transforms.pipeline import Pipeline
 
@@ -44,7 +44,7 @@ class LocalBrokerKind(StrEnum):
 
 
 class LocalCatalogKind(StrEnum):
-    """The Iceberg catalog ``cdcnorm up`` writes through (service.up.CATALOGS)."""
+    """The Iceberg catalog ``cdcnorm up`` writes through (cdcnorm.up.CATALOGS)."""
 
     hadoop = "hadoop"
     rest = "rest"
@@ -217,7 +217,7 @@ def transform(
         from service.config import load_config
 
         try:
-            normalizer = Normalizer(load_config(config, for_worker=False))  # offline: no group to join
+            normalizer = Normalizer(load_config(config, for_worker=False, sections=config_sections()))  # offline: no group to join
         except ConfigError as exc:
             raise _config_error(exc) from exc
         runtime = normalizer.runtime_for(topic)
@@ -347,6 +347,14 @@ def formats(
         console.print(table)
 
 
+def config_sections() -> dict[str, Any]:
+    """The sections of pipeline.yaml other parts own, checked with the rest of the file: the
+    sink's (its model needs pydantic only, not Spark)."""
+    from sink.config import SinkConfig
+
+    return {"sink": SinkConfig}
+
+
 def _config_error(exc: ConfigError) -> typer.Exit:
     value = exc.value if isinstance(exc.value, str) else orjson.dumps(exc.value, default=str).decode()
     typer.echo(f"{exc.key}={value}: {exc.reason}", err=True)
@@ -361,7 +369,7 @@ def _load_pipeline_config(path: Path, *, check_formats: bool = True, for_worker:
     from service.config import SecretRedactor, load_config
 
     try:
-        cfg = load_config(path, check_formats=check_formats, for_worker=for_worker)
+        cfg = load_config(path, check_formats=check_formats, for_worker=for_worker, sections=config_sections())
     except ConfigError as exc:
         raise _config_error(exc) from exc
     SecretRedactor(cfg.secret_values()).install()
@@ -380,7 +388,7 @@ def validate_config(
     from service.config import format_config_error, load_config
 
     try:
-        cfg = load_config(config)
+        cfg = load_config(config, sections=config_sections())
     except ConfigError as exc:
         for error in getattr(exc, "errors", None) or [exc]:
             typer.echo(format_config_error(error), err=True)
@@ -448,8 +456,8 @@ def up(
 
     require_extras("cdcnorm up", "service", *(["sink"] if sink else []),
                    *(["local"] if broker is LocalBrokerKind.tansu else []))
+    from cdcnorm.up import run_up
     from service.maven import LocalServiceError
-    from service.up import run_up
 
     console = _console()
     with Live(Text("starting..."), console=console, refresh_per_second=4, transient=True) as live:

@@ -7,7 +7,7 @@ Steps:
    KRaft node (``broker="kafka"``; jars fetched once from Maven Central, :mod:`service.local_kafka`);
    the same for Redis (``redis-server``).
 2. Create one source topic per sample format and produce the samples
-   (``service/samples/<format>.txt``; binary formats hold base64 lines, a ``"__key_lines": true``
+   (``cdcnorm/samples/<format>.txt``; binary formats hold base64 lines, a ``"__key_lines": true``
    in ``<format>.options.json`` means lines alternate key and value). All samples of a format go
    to partition 0, so metadata messages are read before the data that needs them.
 3. Write a pipeline config into a fresh work directory and run the worker as a child process
@@ -274,7 +274,7 @@ def run_up(
         del producer
         log(f"produced {sum(len(s.messages) for s in samples)} sample messages of {len(samples)} formats")
         worker = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "worker", "--config", str(config_path)],
+            [sys.executable, "-m", "cdcnorm.cli", "worker", "--config", str(config_path)],
             stdout=(workdir / "worker.log").open("ab"),
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

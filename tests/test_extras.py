@@ -1,4 +1,4 @@
-"""A command whose extra is not installed names the pip install to run (service/extras.py)."""
+"""A command whose extra is not installed names the pip install to run (transforms/extras.py)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from service.extras import EXTRAS, missing_modules, require_extras
 from transforms.errors import CdcnormError, MissingExtraError
+from transforms.extras import EXTRAS, missing_modules, require_extras
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 ABSENT = "cdcnorm_test_module_that_is_not_installed"
 
 
@@ -78,7 +78,7 @@ def test_cli_command_without_its_extra(
     argv: list[str], hidden: list[str], install: str, without: Callable[..., None],
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from service.cli import main
+    from cdcnorm.cli import main
 
     without(*hidden)
     monkeypatch.setattr(sys, "argv", ["cdcnorm", *argv])

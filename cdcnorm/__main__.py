@@ -1,0 +1,5 @@
+"""``python -m cdcnorm``: the ``cdcnorm`` command."""
+
+from cdcnorm.cli import main
+
+main()
