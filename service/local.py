@@ -66,6 +66,20 @@ def wait_for(check: Any, timeout_s: float, what: str, interval_s: float = 0.1) -
     raise TimeoutError(f"{what} did not become ready within {timeout_s:.0f}s")
 
 
+def stop_process(process: subprocess.Popen[Any], timeout_s: float = 10.0) -> None:
+    """SIGTERM ``process`` (a clean stop: Kafka's controlled shutdown, Jetty's, Redis's), SIGKILL
+    it when it is still running after ``timeout_s``; nothing when it has ended already."""
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        process.terminate()
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+
+
 @dataclass
 class LocalProcess:
     """A child process this program started; :meth:`stop` ends exactly that process."""
@@ -81,14 +95,7 @@ class LocalProcess:
         return self.process.poll() is None
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout_s)
+        stop_process(self.process, timeout_s)
 
     @property
     def description(self) -> str:

@@ -27,10 +27,8 @@ without authentication: it is for this machine's tests and demos, never a deploy
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -41,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from service.local import free_port, log_tail
+from service.local import free_port, log_tail, stop_process
 from service.maven import LocalServiceError, fetch_artifacts, java_command
 
 __all__ = ["POM", "SERVER_CLASS", "RestCatalog", "start_rest_catalog"]
@@ -89,14 +87,7 @@ class RestCatalog:
 
     def stop(self, timeout_s: float = 20.0) -> None:
         """SIGTERM (Jetty stops), SIGKILL after ``timeout_s``; a temporary directory is removed."""
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        stop_process(self.process, timeout_s)
         if self.owns_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
 

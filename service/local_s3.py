@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import time
 import urllib.error
@@ -28,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.local import free_port, log_tail
+from service.local import free_port, log_tail, stop_process
 from service.maven import LocalServiceError, cache_dir
 
 __all__ = ["VERSITYGW", "VERSITYGW_VERSION", "S3Server", "ensure_versitygw", "start_s3_server"]
@@ -99,14 +98,7 @@ class S3Server:
         return log_tail(self.log_path, lines)
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if self.process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        stop_process(self.process, timeout_s)
 
 
 def _answers(endpoint: str) -> bool:
