@@ -80,7 +80,7 @@ from service.output import BatchedOutput, Output, OutputProducer, Record, Refusa
 from service.topics import valid_topic_name
 from transforms.decoders import Decoder, Message, create_decoder
 from transforms.envelope import EmitOptions, Event, OutRecord, TransactionEvent
-from transforms.errors import ConfigError, StateStoreError
+from transforms.errors import CdcnormError, ConfigError, StateStoreError
 from transforms.metadata import InMemoryMetadataStore, MetadataStore, RowStateStore, ScopedMetadataStore
 from transforms.pipeline import Pipeline
 from transforms.smt.base import TransformChain
@@ -149,11 +149,11 @@ def quiet_library_loggers(level: int = logging.INFO) -> None:
         logging.getLogger(name).setLevel(max(floor, logging.WARNING) if name in ("aiokafka", "kafka") else floor)
 
 
-class FatalMessageError(Exception):
+class FatalMessageError(CdcnormError):
     """A message failed under ``errors: fail``; the worker stops without committing it."""
 
 
-class BatchRefusedError(RuntimeError):
+class BatchRefusedError(CdcnormError, RuntimeError):
     """The broker refused normalized records that fit their topic's ``max.message.bytes``, with the
     record batch they were sent in (the limit was lowered while the worker ran): the worker stops
     without committing them, and produces them again after its restart, its batches sized to the

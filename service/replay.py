@@ -55,7 +55,7 @@ from service.dlq import (
 )
 from service.tail import CLIENT_LOGGER
 from transforms.decoders import Message
-from transforms.errors import StateStoreError
+from transforms.errors import CdcnormError, StateStoreError
 from transforms.metadata import MetadataStore, RowStateStore
 
 __all__ = [
@@ -83,7 +83,7 @@ _BATCH = 500
 log = logging.getLogger("cdcnorm.replay")
 
 
-class ReplayError(Exception):
+class ReplayError(CdcnormError):
     """The run cannot go on (broker, Redis, a refused produce); what was not acknowledged is not committed."""
 
 

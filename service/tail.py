@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from transforms.envelope import AFTER, BEFORE, OP, Operation
+from transforms.errors import CdcnormError
 from transforms.smt.unwrap import DELETED_FIELD
 
 __all__ = ["TailError", "read_topic", "record_json", "tail_topic", "unwrap_value", "without_schema"]
@@ -34,7 +35,7 @@ CLIENT_LOGGER = "cdcnorm.kafka.client"
 """The logger librdkafka's own log lines go to (served while reading)."""
 
 
-class TailError(Exception):
+class TailError(CdcnormError):
     """Why a topic cannot be read, in one line: the broker does not answer, no such topic or partition."""
 
 

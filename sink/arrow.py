@@ -45,6 +45,8 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from transforms.errors import CdcnormError
+
 __all__ = [
     "FIELD_ID",
     "Unrepresentable",
@@ -63,7 +65,7 @@ __all__ = [
 FIELD_ID = b"PARQUET:field_id"
 
 
-class Unrepresentable(ValueError):
+class Unrepresentable(CdcnormError, ValueError):
     """A value (or a column type) the fast path cannot store exactly as Spark would: the caller
     writes the table's batch through the Spark MERGE instead."""
 

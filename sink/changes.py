@@ -48,6 +48,7 @@ from transforms.envelope import (
     UNAVAILABLE_BEFORE,
     Operation,
 )
+from transforms.errors import CdcnormError
 from transforms.values import UNAVAILABLE, UNAVAILABLE_BYTES
 
 __all__ = [
@@ -63,7 +64,7 @@ __all__ = [
 ]
 
 
-class ChangeParseError(ValueError):
+class ChangeParseError(CdcnormError, ValueError):
     """A record on a normalized topic is not a canonical change event."""
 
 

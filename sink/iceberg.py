@@ -58,7 +58,7 @@ from sink.tasks import (
 )
 from sink.types import ColumnSpec, widening
 from transforms.envelope import Operation
-from transforms.errors import MissingExtraError
+from transforms.errors import CdcnormError, MissingExtraError
 from transforms.extras import require_extras
 
 if TYPE_CHECKING:
@@ -115,17 +115,17 @@ _DISTRIBUTION_PROPERTIES = (
 )
 
 
-class IncompatibleSchemaError(Exception):
+class IncompatibleSchemaError(CdcnormError):
     """A change's schema cannot be applied to the stored table (not a safe widening)."""
 
 
-class ConcurrentCommitError(Exception):
+class ConcurrentCommitError(CdcnormError):
     """Another writer (a second sink of the same group, during a rollout) committed to the table
     after the snapshot this sink's offsets and sequences were read from: the batch is read again
     and its offsets re-checked against the table (:meth:`sink.runner.MicroBatchSink.run`)."""
 
 
-class TableWriteError(Exception):
+class TableWriteError(CdcnormError):
     """Writing a table's batch failed in Spark, Iceberg or the file system (the cause is chained):
     nothing of the batch is committed to that table; the sink tries the batch again
     (:mod:`sink.retry`)."""
@@ -135,7 +135,7 @@ class TableWriteError(Exception):
         self.table = table
 
 
-class TableOwnershipError(Exception):
+class TableOwnershipError(CdcnormError):
     """Another sink owns the table (:data:`OWNER_PROPERTY`): this sink stops without writing it."""
 
     def __init__(self, tid: str, owner: str | None, group: str) -> None:

@@ -13,6 +13,7 @@ import orjson
 
 from sink.config import SinkConfig
 from sink.iceberg import SEQ_COLUMN, TS_COLUMN, build_spark, quote
+from transforms.errors import CdcnormError
 
 __all__ = ["CatalogUnreadable", "list_tables", "read_tables"]
 
@@ -53,7 +54,7 @@ def list_tables(spark: Any, config: SinkConfig, deleted_keys: bool = False) -> l
     return sorted(out)
 
 
-class CatalogUnreadable(Exception):
+class CatalogUnreadable(CdcnormError):
     """The catalog could not be listed or a table read (the first line of Spark's or Iceberg's
     error: a catalog that does not answer, a warehouse that does not exist, no permission)."""
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from sink.source import Range, RangeRead, TopicPartition
 from transforms.configfile import GroupProtocol, group_member_conf
+from transforms.errors import CdcnormError
 
 __all__ = ["ConsumerGroupError", "Partitions", "driver_conf", "subscription"]
 
@@ -79,7 +80,7 @@ def subscription(topics: Sequence[str], pattern: str | None) -> list[str]:
     return out
 
 
-class ConsumerGroupError(RuntimeError):
+class ConsumerGroupError(CdcnormError, RuntimeError):
     """The driver's consumer failed for good (librdkafka's fatal error): the sink cannot stay in
     its group and stops."""
 
