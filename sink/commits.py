@@ -7,7 +7,7 @@ Two ways, the same Iceberg calls:
   start by Janino (the compiler Spark ships for its generated code: no build step, no JDK), does a
   table's commit in one py4j call, its owner check in another.
 * :class:`Py4jCommits`, the fallback when that class cannot be compiled: the same steps, each a
-  py4j round trip (:class:`sink.datafiles.TableFiles`): about 30 per table.
+  py4j round trip (:class:`sink.datafiles.FileEntries`): about 30 per table.
 
 Each py4j round trip costs the driver's Python about a tenth of a millisecond of CPU (and a second
 one when py4j collects the Java object it returned): over a micro-batch of 100 tables the
@@ -114,11 +114,11 @@ class Py4jCommits:
     def __init__(self, spark: Any) -> None:
         self._jvm = spark.sparkContext._jvm
         self._gateway = spark.sparkContext._gateway
-        self._entries: dict[tuple[str, str], Any] = {}  # per table: its sink.datafiles.TableFiles
+        self._entries: dict[tuple[str, str], Any] = {}  # per table: its sink.datafiles.FileEntries
 
     def commit(self, table: tuple[str, str], jt: Any, files: TableFiles, key_ids: list[int], props: dict[str, str],
                validate_from: int | None) -> int:
-        from sink.datafiles import TableFiles as Entries
+        from sink.datafiles import FileEntries as Entries
 
         entries = self._entries.get(table)
         if entries is None or entries.table is not jt:

@@ -9,7 +9,7 @@ opened again, and no Hadoop ``Configuration`` is made per file, which is what ma
 ``ParquetUtil.fileMetrics(InputFile, ...)`` cost about 25 ms a file.
 
 Every py4j call is a round trip (about 0.3 ms): the Java classes and static members are looked
-up once per JVM, a table's spec and ``MetricsConfig`` once per :class:`TableFiles`, so an entry
+up once per JVM, a table's spec and ``MetricsConfig`` once per :class:`FileEntries`, so an entry
 costs the calls that build it and no more.
 """
 
@@ -24,7 +24,7 @@ from sink.arrow import WrittenFile
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["TableFiles", "data_file", "equality_delete_file", "load_table", "schema_json"]
+__all__ = ["FileEntries", "data_file", "equality_delete_file", "load_table", "schema_json"]
 
 @dataclass(frozen=True)
 class _JavaApi:
@@ -59,7 +59,7 @@ def _java_api(jvm: Any) -> _JavaApi:
     )
 
 
-class TableFiles:
+class FileEntries:
     """Builds the ``DataFile`` and equality ``DeleteFile`` entries of one unpartitioned table's
     Parquet files. Holds the table's spec and ``MetricsConfig`` (pass them when already known)
     and the ``int[]`` of each set of equality ids, so an entry costs about ten py4j calls.
@@ -122,7 +122,7 @@ class TableFiles:
             if not key:
                 raise ValueError("an equality-delete file needs at least one equality field id")
             if self._gateway is None:
-                raise ValueError("equality-delete entries need the py4j gateway (TableFiles(gateway=...))")
+                raise ValueError("equality-delete entries need the py4j gateway (FileEntries(gateway=...))")
             ids = self._gateway.new_array(self._gateway.jvm.int, len(key))
             for i, field_id in enumerate(key):
                 ids[i] = field_id
@@ -132,16 +132,16 @@ class TableFiles:
 
 def data_file(jvm: Any, table: Any, written: WrittenFile, metrics_config: Any = None) -> Any:
     """The Java ``DataFile`` of a Parquet file of rows of the unpartitioned ``table``. For many
-    files of one table keep a :class:`TableFiles` (it looks the spec up once)."""
-    return TableFiles(jvm, table, metrics_config=metrics_config).data_file(written)
+    files of one table keep a :class:`FileEntries` (it looks the spec up once)."""
+    return FileEntries(jvm, table, metrics_config=metrics_config).data_file(written)
 
 
 def equality_delete_file(
     jvm: Any, gateway: Any, table: Any, written: WrittenFile, field_ids: list[int], metrics_config: Any = None
 ) -> Any:
     """The Java equality ``DeleteFile`` of a Parquet file of key rows of the unpartitioned
-    ``table`` (see :meth:`TableFiles.equality_delete_file`)."""
-    files = TableFiles(jvm, table, gateway=gateway, metrics_config=metrics_config)
+    ``table`` (see :meth:`FileEntries.equality_delete_file`)."""
+    files = FileEntries(jvm, table, gateway=gateway, metrics_config=metrics_config)
     return files.equality_delete_file(written, field_ids)
 
 

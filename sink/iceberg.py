@@ -1081,13 +1081,13 @@ class IcebergTables:
         from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException
 
-        from sink.datafiles import TableFiles
+        from sink.datafiles import FileEntries
 
         ns, name = self.config.deleted_keys_table.rsplit(".", 1)
         with self._remember_lock:  # MERGEd tables remember theirs from the table pool: one append at a time
             try:
                 jt = self.java_table((ns, name), refresh=False)  # its only writer is this sink (a retry refreshes)
-                entries = TableFiles(self.jvm, jt)
+                entries = FileEntries(self.jvm, jt)
                 append = jt.newAppend().scanManifestsWith(in_this_thread(self.jvm))
                 for f in files:
                     append = append.appendFile(entries.data_file(f.file))

@@ -32,7 +32,7 @@ from sink.arrow import (
 )
 from sink.changes import SinkChange
 from sink.config import SinkConfig
-from sink.datafiles import TableFiles, data_file, equality_delete_file, load_table, schema_json
+from sink.datafiles import FileEntries, data_file, equality_delete_file, load_table, schema_json
 from tests.sink.test_iceberg_frame import COLUMNS, ROWS
 from transforms.envelope import Operation
 
@@ -258,7 +258,7 @@ def test_large_file_of_many_pages(lake: Lake, monkeypatch: pytest.MonkeyPatch) -
     converted = time.perf_counter()
     written = write_parquet(arrow_table, new_data_path(table.location(), "data"))
     wrote = time.perf_counter()
-    files = TableFiles(lake.jvm, table, gateway=lake.gateway)
+    files = FileEntries(lake.jvm, table, gateway=lake.gateway)
     table.newRowDelta().addRows(files.data_file(written)).commit()
     print(f"200,000 rows x 8 columns: to_arrow_table {(converted - start) * 1000:.0f} ms, write_parquet "
           f"{(wrote - converted) * 1000:.0f} ms ({written.size / 1e6:.1f} MB), commit {(time.perf_counter() - wrote) * 1000:.0f} ms")
@@ -327,7 +327,7 @@ def test_naive_datetime_in_a_zoned_column_is_utc(lake: Lake, monkeypatch: pytest
     assert micros[0] == int(dt.datetime(2024, 1, 1, 12, 30, tzinfo=dt.UTC).timestamp()) * 1_000_000 + 5
 
 
-def _row_delta(lake: Lake, table: Any, files: TableFiles, rows: list[dict[str, Any]], keys: list[dict[str, Any]],
+def _row_delta(lake: Lake, table: Any, files: FileEntries, rows: list[dict[str, Any]], keys: list[dict[str, Any]],
                key: list[str], batch: str) -> tuple[Any, Any]:
     """Commit a batch as the fast path does: its rows as a data file, the keys they replace or
     delete as an equality-delete file, in one RowDelta."""
@@ -355,7 +355,7 @@ def test_row_delta_upserts_and_deletes_by_key(lake: Lake) -> None:
     tid = _create(lake, "kv", {"id": "bigint", "v": "string", "n": "double"}, key=("id",), catalog=URI_CATALOG)
     table = _java_table(lake, tid)
     assert table.location().startswith("file:")  # the files' paths keep the scheme
-    files = TableFiles(lake.jvm, table, gateway=lake.gateway)
+    files = FileEntries(lake.jvm, table, gateway=lake.gateway)
 
     rows = [{"id": i, "v": f"v{i}", "n": i / 2, SEQ: "s1", TS: 1} for i in range(1, 6)]
     data, _ = _row_delta(lake, table, files, rows, [], ["id"], "1")
@@ -387,7 +387,7 @@ def test_row_delta_upserts_and_deletes_by_key(lake: Lake) -> None:
 def test_row_delta_with_a_composite_key(lake: Lake) -> None:
     tid = _create(lake, "kv2", {"tenant": "string", "id": "int", "v": "string"}, key=("tenant", "id"))
     table = _java_table(lake, tid)
-    files = TableFiles(lake.jvm, table, gateway=lake.gateway)
+    files = FileEntries(lake.jvm, table, gateway=lake.gateway)
     rows = [{"tenant": t, "id": i, "v": f"{t}{i}", SEQ: "s1", TS: 1} for t in ("a", "b") for i in (1, 2)]
     _row_delta(lake, table, files, rows, [], ["tenant", "id"], "1")
     _row_delta(lake, table, files, [{"tenant": "b", "id": 2, "v": "new", SEQ: "s2", TS: 2}],
@@ -399,7 +399,7 @@ def test_row_delta_with_a_composite_key(lake: Lake) -> None:
 
 
 def test_module_functions_and_java_side_cost(lake: Lake) -> None:
-    """data_file / equality_delete_file without a held TableFiles, and what an entry costs on
+    """data_file / equality_delete_file without a held FileEntries, and what an entry costs on
     the driver (footer parse, metrics, builder: printed, not asserted)."""
     tid = _create(lake, "cost", {"id": "bigint", "v": "string", "at": "timestamp"}, key=("id",))
     table = _java_table(lake, tid)
@@ -415,7 +415,7 @@ def test_module_functions_and_java_side_cost(lake: Lake) -> None:
     table.newRowDelta().addDeletes(ef).commit()
     assert lake.spark.sql(f"SELECT count(*), min(id), max(id) FROM {tid}").first()[:] == (999, 0, 999)
 
-    files = TableFiles(lake.jvm, table, gateway=lake.gateway)
+    files = FileEntries(lake.jvm, table, gateway=lake.gateway)
     ids = field_ids(schema, ["id"])
     for _ in range(100):  # JIT warm-up
         files.data_file(written)
@@ -425,7 +425,7 @@ def test_module_functions_and_java_side_cost(lake: Lake) -> None:
     for name, build in (("metrics (footer parse + footerMetrics)", lambda: files.metrics(written)),
                         ("data_file", lambda: files.data_file(written)),
                         ("equality_delete_file", lambda: files.equality_delete_file(keys, ids)),
-                        ("data_file without a held TableFiles", lambda: data_file(lake.jvm, table, written))):
+                        ("data_file without a held FileEntries", lambda: data_file(lake.jvm, table, written))):
         start = time.perf_counter()
         for _ in range(n):
             build()
