@@ -603,20 +603,65 @@ def test_servicemonitors_select_services() -> None:
                 )
 
 
-def test_alert_rules_use_existing_metrics() -> None:
+def declared_metrics() -> set[str]:
+    """The metric names the worker and the sink export (as declared, a counter maybe without _total)."""
     declared: set[str] = set()
     for source in (ROOT / "service" / "metrics.py", ROOT / "sink" / "runner.py"):
         text = source.read_text(encoding="utf-8")
         declared |= set(re.findall(r"""(?:Counter|Gauge|Histogram|Summary)\(\s*["'](cdcnorm_\w+)["']""", text))
     assert declared, "no metric found in service/metrics.py or sink/runner.py"
+    return declared
+
+
+def unexported(expr: str, declared: set[str]) -> list[str]:
+    """The cdcnorm_ series an expression reads that no code exports."""
     counters = {n.removesuffix("_total") for n in declared}
+    return [name for name in re.findall(r"\bcdcnorm_\w+", expr)
+            if re.sub(r"_(total|bucket|sum|count|created)$", "", name) not in counters and name not in declared]
+
+
+def test_alert_rules_use_existing_metrics() -> None:
+    declared = declared_metrics()
     rule = one(render("overlays/production"), "PrometheusRule")
     exprs = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
     assert exprs
     for expr in exprs:
-        for name in re.findall(r"\bcdcnorm_\w+", expr):
-            base = re.sub(r"_(total|bucket|sum|count|created)$", "", name)
-            assert base in counters or name in declared, f"alert uses {name}, which no code exports"
+        assert not unexported(expr, declared), f"alert {expr} uses series no code exports"
+
+
+def test_grafana_dashboard_shows_the_metrics_that_exist() -> None:
+    """The dashboard ConfigMap (Grafana's sidecar label), valid JSON, laid out on the 24-column
+    grid without overlaps, every query on the chosen Prometheus and on series the code exports,
+    and a panel for each thing an operator looks at."""
+    docs = render("overlays/production")
+    maps = [d for d in of_kind(docs, "ConfigMap") if d["metadata"]["name"] == "cdcnorm-grafana-dashboard"]
+    assert len(maps) == 1, "no Grafana dashboard ConfigMap in the production overlay"
+    assert maps[0]["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(maps[0]["data"]["cdcnorm.json"])
+    assert dashboard["uid"] and dashboard["title"] and dashboard["schemaVersion"] >= 36
+    assert [v["name"] for v in dashboard["templating"]["list"]] == ["datasource"]
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels), "panel ids repeat"
+    cells: set[tuple[int, int]] = set()
+    for p in panels:
+        g = p["gridPos"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24, p["title"]
+        mine = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        assert not mine & cells, f"panel {p['title']!r} overlaps another"
+        cells |= mine
+    declared = declared_metrics()
+    read: set[str] = set()
+    for p in (p for p in panels if p["type"] != "row"):
+        assert p["datasource"]["uid"] == "${datasource}" and p["targets"], p["title"]
+        for target in p["targets"]:
+            expr = target["expr"]
+            assert expr.count("(") == expr.count(")") and expr.count("[") == expr.count("]"), expr
+            assert not unexported(expr, declared), f"panel {p['title']!r}: {expr} reads series no code exports"
+            read |= set(re.findall(r"\bcdcnorm_\w+", expr))
+    # throughput, lag, dead letters, freshness, commit time, failing writes
+    assert {"cdcnorm_messages_in_total", "cdcnorm_records_out_total", "cdcnorm_consumer_lag", "cdcnorm_sink_lag",
+            "cdcnorm_dlq_total", "cdcnorm_sink_freshness_seconds", "cdcnorm_sink_commit_seconds_bucket",
+            "cdcnorm_sink_write_failing", "cdcnorm_sink_write_failures_total"} <= read
 
 
 def test_sparkapplication_runs_the_sink_with_iceberg() -> None:
