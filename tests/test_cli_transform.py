@@ -80,9 +80,9 @@ def test_formats_lists_every_format_with_options() -> None:
 
 
 def test_readme_chain_example_builds() -> None:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "configuration.md").read_text()
     block = re.search(r"```yaml\n(transforms:.*?)```", text, re.S)
-    assert block, "README has a transforms example"
+    assert block, "docs/configuration.md has a transforms example"
     specs = yaml.safe_load(block.group(1))["transforms"]
     chain = build_chain(specs, emit_options=EmitOptions())
     assert len(chain) == len(specs)
