@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 from transforms.connect import Column, ConnectType, Logical
 from transforms.decoders import Message, create_decoder
-from transforms.decoders.connect_json import _fast_decoder, column_from_schema, decode_value
+from transforms.decoders.connect_schema import column_from_schema
+from transforms.decoders.connect_values import _fast_decoder, decode_value
 from transforms.envelope import EmitOptions, emit
 from transforms.errors import DecodeError
 from transforms.values import CoercionError
