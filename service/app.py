@@ -1309,7 +1309,7 @@ def run_worker(config: PipelineConfig, *, web_port: int | None = None) -> int:
         "worker starting app_id=%s brokers=%s topics=%d web_port=%s",
         config.worker.app_id, config.broker.bootstrap, len(config.topics), config.web.port,
     )
-    start_failure = StartFailure()
+    start_failure = StartFailure(lambda: state.started)
     faust_log = logging.getLogger("faust.worker")  # where Faust logs the exception a start failed with
     faust_log.addFilter(start_failure)
     code = 0
@@ -1323,7 +1323,7 @@ def run_worker(config: PipelineConfig, *, web_port: int | None = None) -> int:
     if state.fatal is not None:
         log.critical("worker stopped after a fatal error: %s", state.fatal)
         return EXIT_FATAL
-    if code or start_failure.error is not None:
+    if not state.started and (code or start_failure.error is not None):  # it never ran
         log.critical("worker stopped: %s", describe_start_failure(start_failure.error))
         return EXIT_FATAL
     return 0

@@ -30,6 +30,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 
 log = logging.getLogger("cdcnorm.worker")
 
@@ -90,14 +91,17 @@ class StopDeadline:
 
 class StartFailure(logging.Filter):
     """On Faust's worker logger: the exception its start failed with (``error``), logged without
-    its traceback (Faust logs it as ``Error: <exception>``)."""
+    its traceback (Faust logs it as ``Error: <exception>``). Once ``started()`` is true the
+    filter lets every record through as it is: an error of a running worker keeps its traceback
+    and is no start failure."""
 
-    def __init__(self) -> None:
+    def __init__(self, started: Callable[[], bool] = lambda: False) -> None:
         super().__init__()
         self.error: BaseException | None = None
+        self._started = started
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and record.levelno >= logging.ERROR:
+        if record.exc_info and record.levelno >= logging.ERROR and not self._started():
             self.error = record.exc_info[1]
             record.exc_info = None
             record.exc_text = None
