@@ -254,7 +254,7 @@ def transform(
             expect_key = key_lines
             if first_pair and key is not None:
                 first_pair = False
-                _refuse_a_message_as_key(pipeline, key, key_number, topic, binary)
+                _refuse_a_message_as_key(pipeline, key, line, key_number, topic, binary)
             if key_lines and line.strip() == b"null":
                 continue  # a tombstone: the emitter writes its own after each delete
             try:
@@ -289,19 +289,31 @@ def transform(
         raise typer.Exit(2)
 
 
-def _refuse_a_message_as_key(pipeline: Pipeline, key: bytes, number: int, topic: str, binary: bool) -> None:
+def _refuse_a_message_as_key(pipeline: Pipeline, key: bytes, value: bytes, number: int, topic: str,
+                             binary: bool) -> None:
     """With --key-lines, the first key line must not itself be a message of the format: a file
     of values alone would otherwise be read as key, value, key, ... (half its messages lost, the
-    others keyed by a message). One line on stderr and exit 1."""
+    others keyed by a message). A key line is taken for a message when it decodes as one and, for
+    a text format, has the same top-level fields as the line after it (lenient decoders, such as
+    MongoDB's, accept a key like {"id": 1} as a message too). One line on stderr and exit 1."""
     try:
         payload = _b64line(key, number) if binary else key
         processed = pipeline.process_rows(Message(value=payload, key=None, topic=topic, offset=number - 1))
     except Exception:
         return
-    if processed.records:
-        typer.echo(f"error: --key-lines: line {number} is a {pipeline.decoder.format_id} message, not a key; "
-                   "the file seems to hold values only (drop --key-lines)", err=True)
-        raise typer.Exit(1)
+    if not processed.records or (not binary and _top_level_fields(key) != _top_level_fields(value)):
+        return
+    typer.echo(f"error: --key-lines: line {number} is a {pipeline.decoder.format_id} message, not a key; "
+               "the file seems to hold values only (drop --key-lines)", err=True)
+    raise typer.Exit(1)
+
+
+def _top_level_fields(line: bytes) -> frozenset[str] | None:
+    try:
+        parsed = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return frozenset(parsed) if isinstance(parsed, dict) else None
 
 
 def _b64line(line: bytes, number: int) -> bytes:

@@ -146,3 +146,14 @@ def test_transform_shows_the_records_headers(tmp_path: Path) -> None:
     assert orjson.loads(named["__debezium.oldkey"])["payload"] == {"id": 1}
     hidden = cdcnorm("transform", "-f", "canal-json", "--no-headers", str(update)).stdout.splitlines()
     assert len(hidden) == len(shown) and not any("headers" in orjson.loads(x) for x in hidden)
+
+
+def test_key_lines_keeps_a_key_a_lenient_decoder_would_also_read_as_a_message(tmp_path: Path) -> None:
+    """An unwrapped MongoDB key line ({"id": ...}) decodes as a document too; with a document of
+    other fields after it, it is the key it claims to be (from a captured Paimon vector)."""
+    keyed = tmp_path / "keyed.txt"
+    keyed.write_bytes(b'{"id": "dummy"}\n{"id": {"$oid": "596e275826f08b2730779e1f"}, "name": "Sally", "age": 25}\n')
+    done = cdcnorm("transform", "--format", "debezium-json", "--option", "unwrapped=true",
+                   "--option", "table=db.t", "--key-lines", str(keyed))
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.count(b'"topic"') == 1
