@@ -296,9 +296,11 @@ def _refuse_a_message_as_key(pipeline: Pipeline, key: bytes, value: bytes, numbe
     others keyed by a message). A key line is taken for a message when it decodes as one and, for
     a text format, has the same top-level fields as the line after it (lenient decoders, such as
     MongoDB's, accept a key like {"id": 1} as a message too). One line on stderr and exit 1."""
+    # a decoder of its own: one that learns schemas as it reads must not learn the key's
+    probe = Pipeline(type(pipeline.decoder)(pipeline.decoder.options, None), pipeline.emit_options)
     try:
         payload = _b64line(key, number) if binary else key
-        processed = pipeline.process_rows(Message(value=payload, key=None, topic=topic, offset=number - 1))
+        processed = probe.process_rows(Message(value=payload, key=None, topic=topic, offset=number - 1))
     except Exception:
         return
     if not processed.records or (not binary and _top_level_fields(key) != _top_level_fields(value)):
