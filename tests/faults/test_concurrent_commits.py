@@ -92,6 +92,15 @@ def _table_offsets(uri: str, table: str) -> dict[str, int]:
     return out
 
 
+def in_log(logs: dict[str, Path], name: str, text: str, what: str, timeout_s: float = 240) -> None:
+    """Until ``text`` is in sink ``name``'s log; on a timeout, the error carries every sink's log tail."""
+    try:
+        wait_for(lambda: text in logs[name].read_text(errors="replace"), timeout_s, what, 0.5)
+    except TimeoutError as exc:
+        tails = {n: log.read_text(errors="replace")[-2500:] for n, log in logs.items() if log.exists()}
+        raise AssertionError(f"{exc}; the logs' tails:\n" + "\n".join(f"--- {n}:\n{t}" for n, t in tails.items())) from exc
+
+
 def _conflicts(*logs: Path) -> int:
     return sum(len(_CONFLICT.findall(log.read_text(errors="replace"))) for log in logs if log.exists())
 
@@ -171,10 +180,13 @@ def test_two_sinks_of_one_group_and_maintenance_commit_concurrently_without_loss
             [sys.executable, "-c", _MAINTENANCE, str(config), str(stop_file), DB, *TABLES],
             cwd=ROOT, stdout=logs["maintenance"].open("w"), stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )
-        wait_for(lambda: "joining consumer group" in logs["b"].read_text(errors="replace"), 180, "sink B starting", 0.5)
+        in_log(logs, "b", "joining consumer group", "sink B starting")
         produce(chunks[1])
-        wait_for(lambda: "batch:" in logs["b"].read_text(errors="replace"), 180, "sink B writing", 0.5)
-        print(f"sink B (the same group) writes beside A; the maintenance job runs ({time.monotonic() - t0:.0f}s)")
+        # B has partitions once A gave some up (A does at its next poll, after the batch it is
+        # writing); that B wrote is asserted at the end, whenever its first batch came
+        in_log(logs, "b", "assigned", "sink B getting partitions of the group")
+        print(f"sink B (the same group) has partitions beside A; the maintenance job runs "
+              f"({time.monotonic() - t0:.0f}s)")
         for chunk in chunks[2:8]:  # both commit to every table every few seconds
             produce(chunk)
             sampling(3)
@@ -183,7 +195,7 @@ def test_two_sinks_of_one_group_and_maintenance_commit_concurrently_without_loss
         kill_group(procs["a"])
         print(f"injected: sink A killed ({time.monotonic() - t0:.0f}s); sink A2 starts")
         procs["a2"] = start_sink(config, env=env, log=logs["a2"])
-        wait_for(lambda: "assigned" in logs["a2"].read_text(errors="replace"), 180, "sink A2 joining the group", 0.5)
+        in_log(logs, "a2", "assigned", "sink A2 joining the group")
         print(f"sink A2 joined the group beside B ({time.monotonic() - t0:.0f}s)")
         for chunk in chunks[8:]:
             produce(chunk)
