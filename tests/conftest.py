@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The fault-injection tests (``tests/faults``) run last, in their usual order: they time
-    kills, freezes and session expiries, and ``scripts/run-tests`` runs the fast part of the suite
-    beside the integration part, which is done by then."""
+    kills, freezes and session expiries (``scripts/run-tests`` runs them in a session of their own,
+    once everything else is done)."""
     items.sort(key=lambda item: item.nodeid.startswith("tests/faults/"))
 
 
