@@ -32,7 +32,7 @@ test: $(STAMP)
 	scripts/check-deploy-tools
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	scripts/audit
 	scripts/run-tests
 
