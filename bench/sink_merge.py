@@ -190,7 +190,8 @@ def _sink_config(warehouse: Path, **overrides: Any) -> Any:
 
 
 def merge_throughput(report: BenchReport, size: Size, workdir: Path) -> None:
-    from sink.iceberg import IcebergTables, build_spark
+    from sink.iceberg import IcebergTables
+    from sink.spark_session import build_spark
 
     config = _sink_config(workdir / "warehouse-merge")
     started = time.monotonic()
@@ -303,7 +304,8 @@ def row_delta_throughput(report: BenchReport, size: Size, workdir: Path) -> None
     keys remembered) or one append (the same changes to a keyless table)."""
     from pyspark import StorageLevel
 
-    from sink.iceberg import IcebergTables, build_spark
+    from sink.iceberg import IcebergTables
+    from sink.spark_session import build_spark
 
     config = _sink_config(workdir / "warehouse-delta")
     spark = build_spark(config)

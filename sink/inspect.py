@@ -12,7 +12,8 @@ from typing import Any
 import orjson
 
 from sink.config import SinkConfig
-from sink.iceberg import SEQ_COLUMN, TS_COLUMN, build_spark, quote
+from sink.iceberg import SEQ_COLUMN, TS_COLUMN, quote
+from sink.spark_session import build_spark
 from transforms.errors import CdcnormError
 
 __all__ = ["CatalogUnreadable", "list_tables", "read_tables"]

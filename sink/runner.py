@@ -46,11 +46,12 @@ from sink.changes import SinkChange, TableBatch, compact
 from sink.config import SinkConfig, UpsertMode
 from sink.faults import crash_point
 from sink.health import SinkHealth
-from sink.iceberg import IcebergTables, IncompatibleSchemaError, build_spark, local_cores
+from sink.iceberg import IcebergTables, IncompatibleSchemaError
 from sink.maintenance import DELETED_KEYS, Maintenance
 from sink.plan import Partitions, driver_conf, subscription
 from sink.retry import Backoff, describe_failure, failure_reason, is_retried
 from sink.source import Range, TopicPartition, reader_conf, split_tasks
+from sink.spark_session import build_spark, local_cores
 from sink.tasks import (
     DeletedKeysFile,
     TableFiles,

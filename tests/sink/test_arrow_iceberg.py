@@ -33,6 +33,7 @@ from sink.arrow import (
 from sink.changes import SinkChange
 from sink.config import SinkConfig
 from sink.datafiles import FileEntries, data_file, equality_delete_file, load_table, schema_json
+from sink.spark_session import build_spark
 from tests.sink.test_iceberg_frame import COLUMNS, ROWS
 from transforms.envelope import Operation
 
@@ -93,7 +94,7 @@ class Lake:
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     warehouse: Path = tmp_path_factory.mktemp("warehouse")
     config = SinkConfig.from_section({"topics": ["t"], "catalog": {"warehouse": str(warehouse)}})
-    spark = ice.build_spark(config)
+    spark = build_spark(config)
     assert config.catalog.name == CATALOG
     prefix = f"spark.sql.catalog.{URI_CATALOG}"
     spark.conf.set(prefix, "org.apache.iceberg.spark.SparkCatalog")

@@ -17,6 +17,7 @@ import pytest
 import sink.iceberg as ice
 from sink.changes import SinkChange
 from sink.config import SinkConfig
+from sink.spark_session import build_spark
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -66,7 +67,7 @@ ROWS: list[dict[str, Any]] = [
 def tables(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ice.IcebergTables]:
     warehouse: Path = tmp_path_factory.mktemp("warehouse")
     config = SinkConfig.from_section({"topics": ["t"], "catalog": {"warehouse": str(warehouse)}})
-    spark = ice.build_spark(config)
+    spark = build_spark(config)
     try:
         yield ice.IcebergTables(spark, config)
     finally:
