@@ -41,6 +41,8 @@ from sink.changes import SinkChange, TableBatch, key_text
 from sink.commits import in_this_thread
 from sink.config import SinkConfig, WriteMode
 from sink.faults import crash_point
+from sink.retry import TableWriteError
+from sink.sql import DISTRIBUTION_PROPERTIES, location_clause, older_than, quote, sql_string
 from sink.tasks import (
     DELETED_AT_COLUMN,
     KEY_COLUMN,
@@ -70,7 +72,6 @@ __all__ = [
     "IcebergTables",
     "IncompatibleSchemaError",
     "TableOwnershipError",
-    "TableWriteError",
 ]
 
 log = logging.getLogger("cdcnorm.sink")
@@ -101,14 +102,6 @@ DELETED_SEQ = "__cdc_deleted_seq"
 _DELETE = f"'{Operation.DELETE.value}'"
 
 
-_DISTRIBUTION_PROPERTIES = (
-    "write.distribution-mode",
-    "write.merge.distribution-mode",
-    "write.update.distribution-mode",
-    "write.delete.distribution-mode",
-)
-
-
 class IncompatibleSchemaError(CdcnormError):
     """A change's schema cannot be applied to the stored table (not a safe widening)."""
 
@@ -117,16 +110,6 @@ class ConcurrentCommitError(CdcnormError):
     """Another writer (a second sink of the same group, during a rollout) committed to the table
     after the snapshot this sink's offsets and sequences were read from: the batch is read again
     and its offsets re-checked against the table (:meth:`sink.runner.MicroBatchSink.run`)."""
-
-
-class TableWriteError(CdcnormError):
-    """Writing a table's batch failed in Spark, Iceberg or the file system (the cause is chained):
-    nothing of the batch is committed to that table; the sink tries the batch again
-    (:mod:`sink.retry`)."""
-
-    def __init__(self, table: str, cause: BaseException) -> None:
-        super().__init__(f"writing table {table} failed: {type(cause).__name__}")
-        self.table = table
 
 
 class TableOwnershipError(CdcnormError):
@@ -149,24 +132,6 @@ class TableOwnershipError(CdcnormError):
 def _not_found(exc: Exception) -> bool:
     """Whether a Spark error says the table does not exist."""
     return "TABLE_OR_VIEW_NOT_FOUND" in str(exc) or "not found" in str(exc).lower()
-
-
-def _sql_string(value: str) -> str:
-    r"""A Spark SQL string literal.
-
-    >>> print(_sql_string("it's a\\b"))
-    'it\'s a\\b'
-    """
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def quote(name: str) -> str:
-    """A backtick-quoted SQL identifier.
-
-    >>> quote("a`b")
-    '`a``b`'
-    """
-    return "`" + name.replace("`", "``") + "`"
 
 
 @dataclass
@@ -485,7 +450,7 @@ class IcebergTables:
             "write.delete.mode": mode,
             # the tables are unpartitioned: no shuffle of the merged rows before writing them
             # (Iceberg's default clusters them by data file, one more exchange per MERGE)
-            **dict.fromkeys(_DISTRIBUTION_PROPERTIES, "none"),
+            **dict.fromkeys(DISTRIBUTION_PROPERTIES, "none"),
             # merge-on-read: one position-delete file per MERGE task. With Iceberg's default
             # (file scope) a MERGE rewrites one delete file, earlier deletes included, for every
             # data file holding a changed key: with keys spread over the table, every data file
@@ -496,8 +461,8 @@ class IcebergTables:
             **self.config.table_properties,
         }
         props_sql = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
-        props_sql += f", '{OWNER_PROPERTY}'={_sql_string(self.config.group_id)}"
-        location = self._location_clause(self.config.namespace or table[0], table[1])
+        props_sql += f", '{OWNER_PROPERTY}'={sql_string(self.config.group_id)}"
+        location = location_clause(self.config.catalog.table_location, self.config.namespace or table[0], table[1])
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS {tid} ({', '.join(defs)}) USING iceberg{location} TBLPROPERTIES ({props_sql})")
         self._verify_owner(self._java(table), tid)  # another sink may have created it first
         if key and self.config.write_mode is WriteMode.COPY_ON_WRITE:
@@ -584,7 +549,7 @@ class IcebergTables:
             if self._deleted_keys_exist():
                 queries.append(
                     f"SELECT {cls} AS class, max({seq}) AS newest FROM {self.deleted_keys_id()} "
-                    f"WHERE {quote(TABLE_COLUMN)} = {_sql_string(self.iceberg_name(table))} GROUP BY 1"
+                    f"WHERE {quote(TABLE_COLUMN)} = {sql_string(self.iceberg_name(table))} GROUP BY 1"
                 )
             for query in queries:
                 _fold(newest, [row["newest"] for row in self.spark.sql(query).collect() if row["newest"] is not None])
@@ -909,12 +874,6 @@ class IcebergTables:
                 self._deleted_keys = (jt.location(), self.jvm.org.apache.iceberg.SchemaParser.toJson(jt.schema()))
             return self._deleted_keys
 
-    def _location_clause(self, namespace: str, name: str) -> str:
-        """`` LOCATION '<sink.catalog.table_location>/<namespace>/<name>'``, or nothing when the
-        catalog places its tables itself."""
-        base = self.config.catalog.table_location.rstrip("/")
-        return f" LOCATION {_sql_string(f'{base}/{namespace}/{name}')}" if base else ""
-
     def _create_deleted_keys(self) -> None:
         ns = self.config.deleted_keys_table.rsplit(".", 1)[0]
         side = self.deleted_keys_id()
@@ -922,7 +881,7 @@ class IcebergTables:
                 f"{quote(DELETED_AT_COLUMN)} timestamp"]
         props = {
             "format-version": "2",
-            **dict.fromkeys(_DISTRIBUTION_PROPERTIES, "none"),
+            **dict.fromkeys(DISTRIBUTION_PROPERTIES, "none"),
             **self.config.table_properties,
             # appended to by every batch with deletes, read only by a MERGE of late changes, and
             # deleted from only when markers expire (maintenance): copy-on-write keeps the reads
@@ -934,7 +893,7 @@ class IcebergTables:
         }
         props_sql = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
         self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(self.config.catalog.name)}.{quote(ns)}")
-        location = self._location_clause(ns, self.config.deleted_keys_table.rsplit(".", 1)[1])
+        location = location_clause(self.config.catalog.table_location, ns, self.config.deleted_keys_table.rsplit(".", 1)[1])
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS {side} ({', '.join(defs)}) USING iceberg{location} TBLPROPERTIES ({props_sql})")
         log.info("created table %s: the deleted keys of every table", side)
 
@@ -1014,7 +973,7 @@ class IcebergTables:
             return
         m = self.config.maintenance
         side = self.deleted_keys_id()
-        cutoff = _older_than(self.config.deleted_keys_retention_seconds)
+        cutoff = older_than(self.config.deleted_keys_retention_seconds)
         self.spark.sql(f"DELETE FROM {side} WHERE {quote(DELETED_AT_COLUMN)} < TIMESTAMP '{cutoff}'")
         cat = quote(self.config.catalog.name)
         ns, name = self.config.deleted_keys_table.rsplit(".", 1)
@@ -1025,7 +984,7 @@ class IcebergTables:
         ).collect()
         self.spark.sql(
             f"CALL {cat}.system.expire_snapshots(table => '{ident}', "
-            f"older_than => TIMESTAMP '{_older_than(m.expire_older_than_seconds)}', retain_last => {m.retain_last})"
+            f"older_than => TIMESTAMP '{older_than(m.expire_older_than_seconds)}', retain_last => {m.retain_last})"
         ).collect()
         log.info("maintenance done on %s", side)
 
@@ -1072,7 +1031,7 @@ class IcebergTables:
         ).collect()
         self.spark.sql(
             f"CALL {cat}.system.expire_snapshots(table => '{ident}', "
-            f"older_than => TIMESTAMP '{_older_than(m.expire_older_than_seconds)}', retain_last => {m.retain_last})"
+            f"older_than => TIMESTAMP '{older_than(m.expire_older_than_seconds)}', retain_last => {m.retain_last})"
         ).collect()
         log.info("maintenance done on %s (%d equality-delete files folded in)", tid, dropped)
 
@@ -1237,7 +1196,7 @@ def _truncate_sql(tid: str, truncate_seq: str | None) -> str:
     if truncate_seq is None or not _orders_globally(truncate_seq):
         return f"DELETE FROM {tid}"
     seq = quote(SEQ_COLUMN)
-    return f"DELETE FROM {tid} WHERE NOT ({seq} LIKE 's%' AND {seq} > {_sql_string(truncate_seq)})"
+    return f"DELETE FROM {tid} WHERE NOT ({seq} LIKE 's%' AND {seq} > {sql_string(truncate_seq)})"
 
 
 def _not_deleted_sql(source: str, deleted_keys: str, table: str) -> str:
@@ -1250,7 +1209,7 @@ def _not_deleted_sql(source: str, deleted_keys: str, table: str) -> str:
         f"WITH b AS (SELECT DISTINCT {key} FROM {source} WHERE {op} <> {_DELETE}), "
         f"d AS (SELECT /*+ BROADCAST(b) */ m.{key}, max(m.{seq}) AS {quote(DELETED_SEQ)} "
         f"FROM {deleted_keys} m LEFT SEMI JOIN b ON m.{key} = b.{key} "
-        f"WHERE m.{quote(TABLE_COLUMN)} = {_sql_string(table)} GROUP BY m.{key}) "
+        f"WHERE m.{quote(TABLE_COLUMN)} = {sql_string(table)} GROUP BY m.{key}) "
         f"SELECT s.* FROM {source} s LEFT ANTI JOIN d ON s.{key} = d.{key} "
         f"AND s.{op} <> {_DELETE} AND d.{quote(DELETED_SEQ)} >= s.{seq}"
     )
@@ -1285,7 +1244,3 @@ def _fold(newest: dict[str, str], seqs: Any) -> None:
         cls = seq_class(seq)
         if seq > newest.get(cls, ""):
             newest[cls] = seq
-
-
-def _older_than(seconds: int) -> str:
-    return (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S")

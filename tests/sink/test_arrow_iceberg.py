@@ -34,6 +34,7 @@ from sink.changes import SinkChange
 from sink.config import SinkConfig
 from sink.datafiles import FileEntries, data_file, equality_delete_file, load_table, schema_json
 from sink.spark_session import build_spark
+from sink.sql import quote
 from tests.sink.test_iceberg_frame import COLUMNS, ROWS
 from transforms.envelope import Operation
 
@@ -111,7 +112,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
 def _create(lake: Lake, name: str, columns: dict[str, str], key: tuple[str, ...] = (), catalog: str = CATALOG) -> str:
     """An Iceberg v2 table as the sink creates one: the data columns (the key NOT NULL), then the
     sequence and timestamp columns."""
-    defs = [f"{ice.quote(n)} {t}{' NOT NULL' if n in key else ''}" for n, t in columns.items()]
+    defs = [f"{quote(n)} {t}{' NOT NULL' if n in key else ''}" for n, t in columns.items()]
     tid = f"{catalog}.{NS}.{name}"
     lake.spark.sql(
         f"CREATE TABLE {tid} ({', '.join(defs)}, {SEQ} string, {TS} bigint) USING iceberg "
@@ -140,7 +141,7 @@ def _spark_append(lake: Lake, tid: str, columns: dict[str, str], rows: list[dict
             m.setattr(ice, "_json_documents", lambda *_, **__: None)
         frame = lake.tables._frame(state, changes, False)
     # one file, as the fast path writes (the Python-rows frame has a partition per core)
-    frame.select(*[ice.quote(c) for c in [*columns, SEQ, TS]]).coalesce(1).writeTo(tid).append()
+    frame.select(*[quote(c) for c in [*columns, SEQ, TS]]).coalesce(1).writeTo(tid).append()
 
 
 def _arrow_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -174,7 +175,7 @@ def _exact(value: Any) -> Any:
 
 
 def _read(lake: Lake, tid: str, columns: list[str] | None = None) -> list[Any]:
-    cols = ", ".join(ice.quote(c) for c in columns) if columns else "*"
+    cols = ", ".join(quote(c) for c in columns) if columns else "*"
     rows = lake.spark.sql(f"SELECT {cols} FROM {tid} ORDER BY {SEQ}").collect()
     return [_exact(r.asDict(recursive=True)) for r in rows]
 
