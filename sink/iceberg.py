@@ -19,28 +19,25 @@ Iceberg commit and the Kafka commit neither loses nor double-applies a change.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import datetime as dt
 import logging
-import math
 import operator
-import struct
 import threading
 import time
 import zlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from decimal import Decimal
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
-from sink.changes import SinkChange, TableBatch, key_text
+from sink.changes import SinkChange, TableBatch
 from sink.commits import in_this_thread
 from sink.config import SinkConfig, WriteMode
 from sink.faults import crash_point
+from sink.merge import MergeWriter, after_truncate, truncate_sql
 from sink.retry import TableWriteError
 from sink.sql import DISTRIBUTION_PROPERTIES, location_clause, older_than, quote, sql_string
 from sink.tasks import (
@@ -84,9 +81,6 @@ TRUNCATED_PROPERTY = "cdcnorm.truncated"
 KEY_PROPERTY = "cdcnorm.key-columns"
 # the group_id of the sink that writes the table (check_owner): one writer per table
 OWNER_PROPERTY = "cdcnorm.owner"
-UNAVAILABLE_COLUMN = "__cdc_unavailable"
-# column -> sequence of the earlier change of the batch a partial change's value was taken from
-FILLED_COLUMN = "__cdc_filled"
 # per sequence class (sink.tasks.seq_class), the newest sequence the table has been given (rows,
 # deletes, truncates): a batch whose changes are all newer can skip the MERGE's comparison
 NEWEST_PROPERTY = "cdcnorm.newest"
@@ -97,9 +91,6 @@ BASE_PROPERTY = "cdcnorm.base"
 # Deleted keys: one table (sink.deleted_keys_table) holding, for every table of the sink, the keys
 # it deleted, each with the sequence of the delete and when the sink recorded it
 DELETED_KEYS_PROPERTY = "cdcnorm.deleted-keys"
-DELETED_SEQ = "__cdc_deleted_seq"
-# the op of a delete as a SQL literal (the MERGE source's __cdc_op column holds Operation values)
-_DELETE = f"'{Operation.DELETE.value}'"
 
 
 class IncompatibleSchemaError(CdcnormError):
@@ -193,6 +184,7 @@ class IcebergTables:
         # the MERGE path's deleted-keys appends, in the background (no thread until the first)
         self._rememberer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdcnorm-deleted-keys")
         self._batches = 0  # batches that remembered deleted keys (their table's maintenance cadence)
+        self.merger = MergeWriter(spark, self.deleted_keys_id)  # the MERGE path's Spark SQL (sink.merge)
 
     # -- naming -----------------------------------------------------------------------
 
@@ -645,7 +637,7 @@ class IcebergTables:
         _fold(newest, [c.seq for c in (*batch.changes, *batch.appends)] + ([batch.truncate_seq] if batch.truncate_seq else []))
         props = self._commit_properties(state, offsets, newest, truncated)
         if truncated is not None:
-            batch = _after_truncate(batch, truncated[0])
+            batch = after_truncate(batch, truncated[0])
         # the batch's deletes are remembered first, in their own commit: a crash before the
         # table's commit leaves markers that only say what is true (the key was deleted at that
         # sequence); the batch is read again and applied as before. The append runs in the
@@ -661,11 +653,11 @@ class IcebergTables:
             crash_point("mid-merge")
             if batch.truncate:
                 remembered_first()
-                self.spark.sql(_truncate_sql(tid, batch.truncate_seq))
+                self.spark.sql(truncate_sql(tid, batch.truncate_seq))
                 counts["truncates"] = 1
             if batch.changes:
                 deleted_keys = self.iceberg_name(batch.table) if consult else None
-                self._merge(tid, state, batch.changes, counts, deleted_keys=deleted_keys, before_write=remembered_first)
+                self.merger.merge(tid, state, batch.changes, counts, deleted_keys=deleted_keys, before_write=remembered_first)
             if batch.appends and state.key:
                 # a change whose key is unknown (e.g. a delete whose key column was absent)
                 # cannot be applied to a keyed table; it is counted and logged, not guessed
@@ -673,7 +665,7 @@ class IcebergTables:
                 log.warning("table %s: %d changes without a key skipped (the table is keyed)", tid, len(batch.appends))
             elif batch.appends:
                 remembered_first()
-                self._append(tid, state, batch.appends)
+                self.merger.append(tid, state, batch.appends)
                 counts["appends"] = len(batch.appends)
         try:
             self._with_commit_properties(props, work)
@@ -727,7 +719,7 @@ class IcebergTables:
 
     def remembered_truncate(self, table: tuple[str, str]) -> str | None:
         """The sequence of the table's last truncate while it is remembered (changes not newer
-        than it are left out, :func:`_after_truncate`)."""
+        than it are left out, :func:`sink.merge.after_truncate`)."""
         state = self._load_state(table)
         if state is None:
             return None
@@ -735,116 +727,6 @@ class IcebergTables:
             self._read_summary(table, state)
         truncated = self._truncate_watermark(state, None)
         return truncated[0] if truncated else None
-
-    def _frame(self, state: _TableState, changes: list[SinkChange], with_unavailable: bool, with_key: bool = False) -> Any:
-        """The MERGE source: the changes' rows with their op, sequence and timestamp; the
-        columns each lacks (``with_unavailable``); the key as the deleted-keys memory writes it
-        (``with_key``)."""
-        names = list(state.columns)
-        cols_sql = [f"{quote(n)} {state.columns[n]}" for n in names]
-        cols_sql += [f"{quote(OP_COLUMN)} string", f"{quote(SEQ_COLUMN)} string", f"{quote(TS_COLUMN)} bigint"]
-        if with_unavailable:
-            cols_sql.append(f"{quote(UNAVAILABLE_COLUMN)} array<string>")
-            cols_sql.append(f"{quote(FILLED_COLUMN)} map<string,string>")
-        if with_key:
-            cols_sql.append(f"{quote(KEY_COLUMN)} string")
-        schema = ", ".join(cols_sql)
-        docs = _json_documents(state.columns, changes, with_unavailable, with_key)
-        if docs is not None:
-            # Built in the JVM from JSON text: no Python worker processes, and a source the MERGE
-            # can read more than once cheaply. FAILFAST: a value Spark cannot parse is an error,
-            # never a silently null column.
-            from pyspark.sql import DataFrame
-
-            jspark = self.spark._jsparkSession
-            jvm = self.spark.sparkContext._jvm
-            assert jvm is not None
-            dataset = jspark.createDataset(docs, jvm.org.apache.spark.sql.Encoders.STRING())
-            return DataFrame(jspark.read().schema(schema).option("mode", "FAILFAST").json(dataset), self.spark)
-        rows = []
-        # an integral JSON number in a float/double column: a float, as the JSON path reads it
-        # (Spark's Python-row conversion turns an int into NULL for these types)
-        floating = [i for i, n in enumerate(names) if state.columns[n] in ("float", "double")]
-        for ch in changes:
-            image = ch.row or {}
-            values: list[Any] = [image.get(n) for n in names]
-            for i in floating:
-                if type(values[i]) is int:
-                    with contextlib.suppress(OverflowError):
-                        values[i] = float(values[i])
-            values += [str(ch.op), ch.seq, ch.ts_ms]
-            if with_unavailable:
-                values.append(sorted(ch.unavailable) if ch.unavailable else [])
-                values.append(dict(ch.filled))
-            if with_key:
-                values.append(key_text(ch.key))
-            rows.append(values)
-        return self.spark.createDataFrame(rows, schema=schema, verifySchema=False)
-
-    def _merge(
-        self,
-        tid: str,
-        state: _TableState,
-        changes: list[SinkChange],
-        counts: dict[str, int],
-        deleted_keys: str | None = None,
-        before_write: Callable[[], None] | None = None,
-    ) -> None:
-        """MERGE the batch's changes; with ``deleted_keys`` (the table's name in the deleted-keys
-        memory), a change that is not a delete and is not newer than a remembered delete of its
-        key is left out of the source. ``before_write`` is called once the source is built,
-        right before the MERGE runs (it waits for the batch's deleted keys to be committed)."""
-        key = state.key or changes[-1].key_columns
-        # the columns some change of the batch did not carry (partial images): an update keeps
-        # their stored value where its change lacks them, or where the value was filled from an
-        # earlier change of the batch that is not newer than the stored row. Usually none: then
-        # every column is a plain assignment, the source frame has no unavailable array, and Spark
-        # prunes the target scan (and the join's shuffle) to the key, the sequence and the row position.
-        partial = frozenset().union(*(ch.unavailable for ch in changes), *(ch.filled for ch in changes))
-        frame = self._frame(state, changes, with_unavailable=bool(partial), with_key=deleted_keys is not None)
-        view = f"cdcnorm_src_{abs(hash(tid)) % 10**8}"
-        frame.createOrReplaceTempView(view)
-        views = [view]
-        if deleted_keys is not None and any(c.op != Operation.DELETE for c in changes):
-            raw, view = view, f"{view}_live"
-            self.spark.sql(_not_deleted_sql(raw, self.deleted_keys_id(), deleted_keys)).createOrReplaceTempView(view)
-            views.append(view)
-        on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
-        newer = f"(t.{quote(SEQ_COLUMN)} IS NULL OR s.{quote(SEQ_COLUMN)} > t.{quote(SEQ_COLUMN)})"
-        not_older = f"(t.{quote(SEQ_COLUMN)} IS NULL OR s.{quote(SEQ_COLUMN)} >= t.{quote(SEQ_COLUMN)})"
-        sets = []
-        for name in state.columns:
-            q = quote(name)
-            if name in partial:
-                lit = "'" + name.replace("'", "''") + "'"
-                sets.append(
-                    f"t.{q} = CASE WHEN array_contains(s.{quote(UNAVAILABLE_COLUMN)}, {lit}) THEN t.{q} "
-                    f"WHEN try_element_at(s.{quote(FILLED_COLUMN)}, {lit}) <= t.{quote(SEQ_COLUMN)} THEN t.{q} "
-                    f"ELSE s.{q} END"
-                )
-            else:
-                sets.append(f"t.{q} = s.{q}")
-        sets.append(f"t.{quote(SEQ_COLUMN)} = s.{quote(SEQ_COLUMN)}")
-        sets.append(f"t.{quote(TS_COLUMN)} = s.{quote(TS_COLUMN)}")
-        insert_cols = [*state.columns, SEQ_COLUMN, TS_COLUMN]
-        if before_write is not None:
-            before_write()
-        self.spark.sql(
-            f"MERGE INTO {tid} t USING {view} s ON {on} "
-            f"WHEN MATCHED AND s.{quote(OP_COLUMN)} = {_DELETE} AND {not_older} THEN DELETE "
-            f"WHEN MATCHED AND s.{quote(OP_COLUMN)} <> {_DELETE} AND {newer} THEN UPDATE SET {', '.join(sets)} "
-            f"WHEN NOT MATCHED AND s.{quote(OP_COLUMN)} <> {_DELETE} THEN INSERT ({', '.join(quote(c) for c in insert_cols)}) "
-            f"VALUES ({', '.join('s.' + quote(c) for c in insert_cols)})"
-        )
-        for name in views:
-            self.spark.catalog.dropTempView(name)
-        counts["deletes"] = sum(1 for c in changes if c.op == Operation.DELETE)
-        counts["upserts"] = len(changes) - counts["deletes"]
-
-    def _append(self, tid: str, state: _TableState, changes: list[SinkChange]) -> None:
-        frame = self._frame(state, changes, with_unavailable=False)
-        cols = [*state.columns, SEQ_COLUMN, TS_COLUMN, OP_COLUMN]
-        frame.select(*[quote(c) for c in cols]).writeTo(tid).append()
 
     # -- deleted keys -------------------------------------------------------------------
 
@@ -1068,151 +950,6 @@ class IcebergTables:
         if dropped:
             rewrite.validateFromSnapshot(snapshot.snapshotId()).commit()
         return dropped
-
-
-_JSON_CHUNK_BYTES = 8 * 1024 * 1024
-_FLOAT32 = struct.Struct("<f")
-
-
-class _NotJson(Exception):
-    """A batch value that JSON text cannot carry exactly (the batch takes the Python-rows path)."""
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        if not value.is_finite():
-            raise _NotJson(f"decimal {value}")
-        return str(value)
-    if isinstance(value, bytes | bytearray):
-        return base64.b64encode(value).decode("ascii")  # Spark's JSON reader decodes base64 binary
-    raise _NotJson(f"{type(value).__name__} value")
-
-
-def _float32(value: Any) -> Any:
-    """A float column's value rounded to float32 here, as the Python-rows path does in the JVM
-    (NaN and the infinities: the rows path; JSON has none and orjson would write null)."""
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise _NotJson(f"float {value}")
-        try:
-            rounded: float = _FLOAT32.unpack(_FLOAT32.pack(value))[0]
-        except (OverflowError, struct.error) as exc:
-            raise _NotJson(f"float32 {value}") from exc
-        return rounded
-    return value
-
-
-def _json_documents(
-    columns: dict[str, str], changes: list[SinkChange], with_unavailable: bool, with_key: bool = False
-) -> list[str] | None:
-    """The rows of a source frame as JSON array texts of at most ~8 MB each, or ``None`` when a
-    value cannot be carried exactly (then the frame is built from Python rows).
-
-    Values are what :mod:`sink.types` decoders return: dates and datetimes (ISO text, with the
-    offset for zoned ones), ``Decimal`` (text, parsed at the column's scale), ``bytes`` (base64),
-    numbers, strings, ``dict``/``list`` for structs, maps and arrays.
-    """
-    names = list(columns)
-    if any("float" in t and t != "float" for t in columns.values()):
-        return None  # float32 nested in a struct/array/map: keep the exact rows path
-    floats = [n for n in names if columns[n] == "float"]
-    doubles = [n for n in names if columns[n] == "double"]
-    dumps, default = orjson.dumps, _json_default
-    docs: list[str] = []
-    chunk: list[bytes] = []
-    size = 0
-    try:
-        for ch in changes:
-            image = ch.row or {}
-            doc = {n: image.get(n) for n in names}
-            for n in floats:
-                doc[n] = _float32(doc[n])
-            for n in doubles:
-                value = doc[n]
-                if isinstance(value, float) and not math.isfinite(value):
-                    raise _NotJson(f"{value} in column {n}")  # JSON has no NaN: orjson would write null
-            doc[OP_COLUMN] = str(ch.op)
-            doc[SEQ_COLUMN] = ch.seq
-            doc[TS_COLUMN] = ch.ts_ms
-            if with_unavailable:
-                doc[UNAVAILABLE_COLUMN] = sorted(ch.unavailable) if ch.unavailable else []
-                doc[FILLED_COLUMN] = ch.filled
-            if with_key:
-                doc[KEY_COLUMN] = key_text(ch.key)
-            text = dumps(doc, default=default)
-            chunk.append(text)
-            size += len(text) + 1
-            if size >= _JSON_CHUNK_BYTES:
-                docs.append((b"[" + b",".join(chunk) + b"]").decode())
-                chunk, size = [], 0
-    except (_NotJson, orjson.JSONEncodeError) as exc:
-        log.debug("source frame from Python rows: %s", exc)
-        return None
-    if chunk:
-        docs.append((b"[" + b",".join(chunk) + b"]").decode())
-    return docs
-
-
-def _orders_globally(seq: str) -> bool:
-    """Whether a sequence orders against every change of its table: a source sequence does,
-    a partition/offset position (``k...``, from :func:`sink.changes.ordering`) only within its
-    partition."""
-    return seq.startswith("s")
-
-
-def _after_truncate(batch: TableBatch, truncate_seq: str) -> TableBatch:
-    """``batch`` without the changes older than a truncate that an earlier batch (or this one)
-    applied: a change of another partition may arrive a batch after the truncate, and would
-    otherwise bring back a row the truncate removed. Deletes stay (harmless). Only changes
-    whose sequence, like the truncate's, is a source sequence are compared."""
-    if not _orders_globally(truncate_seq):
-        return batch
-
-    def kept(c: SinkChange) -> bool:
-        return c.op == Operation.DELETE or not _orders_globally(c.seq) or c.seq > truncate_seq
-
-    changes = [c for c in batch.changes if kept(c)]
-    appends = [c for c in batch.appends if kept(c)]
-    if len(changes) == len(batch.changes) and len(appends) == len(batch.appends):
-        return batch
-    log.info(
-        "table %s: %d changes older than its last truncate left out",
-        ".".join(batch.table),
-        len(batch.changes) - len(changes) + len(batch.appends) - len(appends),
-    )
-    return replace(batch, changes=changes, appends=appends)
-
-
-def _truncate_sql(tid: str, truncate_seq: str | None) -> str:
-    """The delete of a truncate: every row older than it. A row a later change wrote, read in an
-    earlier micro-batch from another partition, stays. Only source sequences order across
-    partitions: a truncate without one removes every row, as do rows without one.
-
-    >>> _truncate_sql("t", "s0009")
-    "DELETE FROM t WHERE NOT (`__cdc_seq` LIKE 's%' AND `__cdc_seq` > 's0009')"
-    >>> _truncate_sql("t", "k0001:00000000000000000004")
-    'DELETE FROM t'
-    """
-    if truncate_seq is None or not _orders_globally(truncate_seq):
-        return f"DELETE FROM {tid}"
-    seq = quote(SEQ_COLUMN)
-    return f"DELETE FROM {tid} WHERE NOT ({seq} LIKE 's%' AND {seq} > {sql_string(truncate_seq)})"
-
-
-def _not_deleted_sql(source: str, deleted_keys: str, table: str) -> str:
-    """The rows of ``source`` without the changes that a remembered delete supersedes: a change
-    that is not a delete, of a key of ``table`` deleted at a sequence at least its own. The
-    memory is first cut down to the table and the batch's keys (a semi join that broadcasts
-    them), so its scan is not shuffled however many keys it remembers."""
-    op, seq, key = quote(OP_COLUMN), quote(SEQ_COLUMN), quote(KEY_COLUMN)
-    return (
-        f"WITH b AS (SELECT DISTINCT {key} FROM {source} WHERE {op} <> {_DELETE}), "
-        f"d AS (SELECT /*+ BROADCAST(b) */ m.{key}, max(m.{seq}) AS {quote(DELETED_SEQ)} "
-        f"FROM {deleted_keys} m LEFT SEMI JOIN b ON m.{key} = b.{key} "
-        f"WHERE m.{quote(TABLE_COLUMN)} = {sql_string(table)} GROUP BY m.{key}) "
-        f"SELECT s.* FROM {source} s LEFT ANTI JOIN d ON s.{key} = d.{key} "
-        f"AND s.{op} <> {_DELETE} AND d.{quote(DELETED_SEQ)} >= s.{seq}"
-    )
 
 
 def _stagger(name: str, every: int) -> int:

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import sink.iceberg as ice
+import sink.merge as merge
 from sink.arrow import (
     WrittenFile,
     arrow_schema,
@@ -130,16 +131,16 @@ def _changes(rows: list[dict[str, Any]]) -> list[SinkChange]:
 
 def _spark_append(lake: Lake, tid: str, columns: dict[str, str], rows: list[dict[str, Any]], json: bool,
                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Append the rows as the sink's Spark path does (``_frame``, then ``writeTo().append()``):
+    """Append the rows as the sink's Spark path does (``MergeWriter.frame``, then ``writeTo().append()``):
     from JSON text in the JVM (``json``) or from Python rows (its fallback)."""
     changes = _changes(rows)
     state = ice._TableState(dict(columns), ())
     if json:  # the rows are ones the JSON path carries
-        assert ice._json_documents(state.columns, changes, False) is not None
+        assert merge._json_documents(state.columns, changes, False) is not None
     with monkeypatch.context() as m:
         if not json:
-            m.setattr(ice, "_json_documents", lambda *_, **__: None)
-        frame = lake.tables._frame(state, changes, False)
+            m.setattr(merge, "_json_documents", lambda *_, **__: None)
+        frame = lake.tables.merger.frame(state, changes, False)
     # one file, as the fast path writes (the Python-rows frame has a partition per core)
     frame.select(*[quote(c) for c in [*columns, SEQ, TS]]).coalesce(1).writeTo(tid).append()
 

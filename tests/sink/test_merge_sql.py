@@ -46,9 +46,9 @@ def _merge(changes: list[SinkChange], monkeypatch: pytest.MonkeyPatch) -> tuple[
         calls.append(with_unavailable)
         return FakeFrame()
 
-    monkeypatch.setattr(tables, "_frame", frame)
+    monkeypatch.setattr(tables.merger, "frame", frame)
     counts: dict[str, int] = {}
-    tables._merge("`lake`.`db`.`t`", ice._TableState(dict(COLUMNS), ("id",)), changes, counts)
+    tables.merger.merge("`lake`.`db`.`t`", ice._TableState(dict(COLUMNS), ("id",)), changes, counts)
     assert counts == {"deletes": sum(c.op == "d" for c in changes), "upserts": sum(c.op != "d" for c in changes)}
     (statement,) = spark.statements
     return statement, calls
@@ -88,8 +88,8 @@ def _merge_with_deleted_keys(changes: list[SinkChange], monkeypatch: pytest.Monk
     spark.sql = lambda statement: spark.statements.append(statement) or FakeFrame()  # type: ignore[method-assign]
     tables = ice.IcebergTables(spark, SinkConfig.from_section({"topics": ["t"]}))  # type: ignore[arg-type]
     frames: list[dict[str, Any]] = []
-    monkeypatch.setattr(tables, "_frame", lambda *_, **kw: frames.append(kw) or FakeFrame())
-    tables._merge("`lake`.`db`.`t`", ice._TableState(dict(COLUMNS), ("id",)), changes, {}, deleted_keys="db.t")
+    monkeypatch.setattr(tables.merger, "frame", lambda *_, **kw: frames.append(kw) or FakeFrame())
+    tables.merger.merge("`lake`.`db`.`t`", ice._TableState(dict(COLUMNS), ("id",)), changes, {}, deleted_keys="db.t")
     assert frames == [{"with_unavailable": False, "with_key": True}]  # the source carries the key as text
     return spark.statements
 
