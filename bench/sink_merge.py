@@ -285,11 +285,11 @@ def _write_job(tables: Any, rdd: Any, table: tuple[str, str], changes: list[Sink
         assert reason is None, f"the sink would MERGE this batch: {reason}"
     location, schema = tables.plan_of(table)
     plan = TablePlan(table, tables.iceberg_name(table), location, schema, key, tables.applied_offsets(table))
-    memory = tables.deleted_keys_plan() if key else None
+    memory = tables.deleted_keys.plan() if key else None
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     write = functools.partial(write_partition, tables={0: frozenset({table})}, plans={table: plan}, deleted_keys=memory, now=now)
     results = rdd.mapPartitionsWithIndex(write).collect()
-    tables.remember_deleted_keys([r for r in results if isinstance(r, DeletedKeysFile)])
+    tables.deleted_keys.remember([r for r in results if isinstance(r, DeletedKeysFile)])
     files = next(r for r in results if isinstance(r, TableFiles))
     assert files.fallback is None, files.fallback
     offsets = {f"{TOPIC}:0": changes[-1].offset + 1}

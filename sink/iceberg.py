@@ -20,47 +20,38 @@ Iceberg commit and the Kafka commit neither loses nor double-applies a change.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import logging
-import operator
 import threading
 import time
 import zlib
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
-from sink.changes import SinkChange, TableBatch
-from sink.commits import in_this_thread
+from sink.changes import TableBatch
 from sink.config import SinkConfig, WriteMode
+from sink.deleted_keys import DeletedKeys
 from sink.faults import crash_point
 from sink.merge import MergeWriter, after_truncate, truncate_sql
 from sink.retry import TableWriteError
 from sink.sql import DISTRIBUTION_PROPERTIES, location_clause, older_than, quote, sql_string
 from sink.tasks import (
-    DELETED_AT_COLUMN,
-    KEY_COLUMN,
     OP_COLUMN,
     SEQ_COLUMN,
     TABLE_COLUMN,
     TS_COLUMN,
     TableFiles,
-    deleted_key_rows,
-    deleted_keys_file,
     seq_class,
 )
 from sink.types import ColumnSpec, widening
-from transforms.envelope import Operation
 from transforms.errors import CdcnormError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
-    "DELETED_AT_COLUMN",
     "NEWEST_PROPERTY",
     "OFFSETS_PROPERTY",
     "OWNER_PROPERTY",
@@ -72,7 +63,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("cdcnorm.sink")
-_SEQ = operator.attrgetter("seq")
 
 OFFSETS_PROPERTY = "cdcnorm.offsets"
 # the table's last truncate, {"seq": ..., "at": epoch ms}, carried in every commit's summary while
@@ -88,9 +78,6 @@ NEWEST_PROPERTY = "cdcnorm.newest"
 # the cdcnorm commits between it and this one, by another writer of the same group, are folded in
 # when the summary is read (_read_summary)
 BASE_PROPERTY = "cdcnorm.base"
-# Deleted keys: one table (sink.deleted_keys_table) holding, for every table of the sink, the keys
-# it deleted, each with the sequence of the delete and when the sink recorded it
-DELETED_KEYS_PROPERTY = "cdcnorm.deleted-keys"
 
 
 class IncompatibleSchemaError(CdcnormError):
@@ -177,14 +164,8 @@ class IcebergTables:
         self._jcatalog: Any = None
         self._jtables: dict[tuple[str, str], Any] = {}  # Java Table handles (java_table)
         self._catalog_lock = threading.Lock()
-        self._deleted_keys: tuple[str, str] | None = None  # its location and schema JSON, once created
-        self._deleted_keys_absent = False  # looked up and not there (see _deleted_keys_exist)
-        self._deleted_keys_lock = threading.Lock()
-        self._remember_lock = threading.Lock()
-        # the MERGE path's deleted-keys appends, in the background (no thread until the first)
-        self._rememberer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdcnorm-deleted-keys")
-        self._batches = 0  # batches that remembered deleted keys (their table's maintenance cadence)
-        self.merger = MergeWriter(spark, self.deleted_keys_id)  # the MERGE path's Spark SQL (sink.merge)
+        self.deleted_keys = DeletedKeys(spark, config, self.java_table)  # the deleted-keys memory (sink.deleted_keys)
+        self.merger = MergeWriter(spark, self.deleted_keys.table_id)  # the MERGE path's Spark SQL (sink.merge)
 
     # -- naming -----------------------------------------------------------------------
 
@@ -197,11 +178,6 @@ class IcebergTables:
     def iceberg_name(self, table: tuple[str, str]) -> str:
         """``namespace.table`` as the deleted-keys memory and log lines name a table."""
         return f"{self.config.namespace or table[0]}.{table[1]}"
-
-    def deleted_keys_id(self) -> str:
-        """The table remembering the deleted keys of every table (``sink.deleted_keys_table``)."""
-        ns, name = self.config.deleted_keys_table.rsplit(".", 1)
-        return f"{quote(self.config.catalog.name)}.{quote(ns)}.{quote(name)}"
 
     # -- the Iceberg Java API -----------------------------------------------------------
 
@@ -314,7 +290,7 @@ class IcebergTables:
         handles): read again from the catalog on next use, after a failed write left it in doubt."""
         self._state.clear()
         self._jtables.clear()
-        self._deleted_keys_absent = False
+        self.deleted_keys.forget_absent()
 
     def key_of(self, table: tuple[str, str]) -> tuple[str, ...]:
         """The table's key columns (empty: append-only)."""
@@ -538,9 +514,9 @@ class IcebergTables:
             seq = quote(SEQ_COLUMN)
             cls = f"CASE WHEN {seq} LIKE 's%' THEN 's' ELSE substring({seq}, 1, 5) END"
             queries = [f"SELECT {cls} AS class, max({seq}) AS newest FROM {self.table_id(table)} WHERE {seq} IS NOT NULL GROUP BY 1"]
-            if self._deleted_keys_exist():
+            if self.deleted_keys.exist():
                 queries.append(
-                    f"SELECT {cls} AS class, max({seq}) AS newest FROM {self.deleted_keys_id()} "
+                    f"SELECT {cls} AS class, max({seq}) AS newest FROM {self.deleted_keys.table_id()} "
                     f"WHERE {quote(TABLE_COLUMN)} = {sql_string(self.iceberg_name(table))} GROUP BY 1"
                 )
             for query in queries:
@@ -642,8 +618,8 @@ class IcebergTables:
         # table's commit leaves markers that only say what is true (the key was deleted at that
         # sequence); the batch is read again and applied as before. The append runs in the
         # background while the MERGE's source is built, and every write of the table waits for it.
-        consult = self._may_be_superseded(state, batch.changes)  # by an earlier batch's delete
-        remembered = self._remember_deletes_async(batch.table, state, batch.changes)
+        consult = self.deleted_keys.may_be_superseded(state, batch.changes)  # by an earlier batch's delete
+        remembered = self.deleted_keys.remember_async(self.iceberg_name(batch.table), state, batch.changes)
 
         def remembered_first() -> None:
             if remembered is not None:
@@ -727,157 +703,6 @@ class IcebergTables:
             self._read_summary(table, state)
         truncated = self._truncate_watermark(state, None)
         return truncated[0] if truncated else None
-
-    # -- deleted keys -------------------------------------------------------------------
-
-    def _deleted_keys_exist(self) -> bool:
-        """Whether the deleted-keys table exists (looked up once: only this sink's deletes are
-        remembered for its tables, and it creates the table on its first delete)."""
-        if self._deleted_keys is None and self._deleted_keys_absent:
-            return False
-        exists = self.deleted_keys_plan(create=False) is not None
-        self._deleted_keys_absent = not exists
-        return exists
-
-    def deleted_keys_plan(self, create: bool = True) -> tuple[str, str] | None:
-        """The location and Iceberg schema (JSON) of the deleted-keys memory table, created on
-        first use (``create``); ``None`` when it does not exist (or is not kept)."""
-        if self.config.deleted_keys_retention_seconds <= 0:
-            return None
-        with self._deleted_keys_lock:
-            if self._deleted_keys is None:
-                ns, name = self.config.deleted_keys_table.rsplit(".", 1)
-                jt = self.java_table((ns, name))
-                if jt is None:
-                    if not create:
-                        return None
-                    self._create_deleted_keys()
-                    jt = self.java_table((ns, name))
-                self._deleted_keys = (jt.location(), self.jvm.org.apache.iceberg.SchemaParser.toJson(jt.schema()))
-            return self._deleted_keys
-
-    def _create_deleted_keys(self) -> None:
-        ns = self.config.deleted_keys_table.rsplit(".", 1)[0]
-        side = self.deleted_keys_id()
-        defs = [f"{quote(TABLE_COLUMN)} string", f"{quote(KEY_COLUMN)} string", f"{quote(SEQ_COLUMN)} string",
-                f"{quote(DELETED_AT_COLUMN)} timestamp"]
-        props = {
-            "format-version": "2",
-            **dict.fromkeys(DISTRIBUTION_PROPERTIES, "none"),
-            **self.config.table_properties,
-            # appended to by every batch with deletes, read only by a MERGE of late changes, and
-            # deleted from only when markers expire (maintenance): copy-on-write keeps the reads
-            # free of delete files (old files usually expire whole, a metadata-only delete)
-            "write.delete.mode": "copy-on-write",
-            "write.update.mode": "copy-on-write",
-            "write.merge.mode": "copy-on-write",
-            DELETED_KEYS_PROPERTY: "true",
-        }
-        props_sql = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
-        self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(self.config.catalog.name)}.{quote(ns)}")
-        location = location_clause(self.config.catalog.table_location, ns, self.config.deleted_keys_table.rsplit(".", 1)[1])
-        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {side} ({', '.join(defs)}) USING iceberg{location} TBLPROPERTIES ({props_sql})")
-        log.info("created table %s: the deleted keys of every table", side)
-
-    def remember_deleted_keys(self, files: list[Any]) -> None:
-        """Commit the deleted-keys files the write tasks wrote (:class:`sink.tasks.DeletedKeysFile`),
-        one append for the whole batch, before any table's commit: a crash in between leaves
-        markers that only say what is true (the key was deleted at that sequence)."""
-        if not files:
-            return
-        from py4j.protocol import Py4JError
-        from pyspark.errors import PySparkException
-
-        from sink.datafiles import FileEntries
-
-        ns, name = self.config.deleted_keys_table.rsplit(".", 1)
-        with self._remember_lock:  # MERGEd tables remember theirs from the table pool: one append at a time
-            try:
-                jt = self.java_table((ns, name), refresh=False)  # its only writer is this sink (a retry refreshes)
-                entries = FileEntries(self.jvm, jt)
-                append = jt.newAppend().scanManifestsWith(in_this_thread(self.jvm))
-                for f in files:
-                    append = append.appendFile(entries.data_file(f.file))
-                append.commit()
-            except (Py4JError, PySparkException, OSError) as exc:
-                raise TableWriteError(self.config.deleted_keys_table, exc) from exc
-            self._batches += 1
-
-    def _may_be_superseded(self, state: _TableState, changes: list[SinkChange]) -> bool:
-        """Whether a remembered delete (of an earlier batch) can supersede one of ``changes``:
-        only when some change that is not a delete is not newer than the table's newest
-        sequence (which counts its deletes). In an ordered stream every change is newer, and the
-        MERGE skips the anti-join against the memory; a replay or a late change needs it.
-        Compaction leaves one change per key in a batch, so the batch's own deletes never
-        supersede its other changes."""
-        if not state.key or not self._deleted_keys_exist():
-            return False
-        newest = state.newest
-        if newest is not None and changes:
-            oldest = min(map(_SEQ, changes))
-            if oldest.startswith("s") and oldest > newest.get("s", ""):
-                return False  # the usual case, at C speed: source sequences ("s" sorts after "k"), all newer
-        return any(
-            c.op != Operation.DELETE and (newest is None or c.seq <= newest.get(seq_class(c.seq), ""))
-            for c in changes
-        )
-
-    def _remember_deletes_async(self, table: tuple[str, str], state: _TableState, changes: list[SinkChange]) -> Future[None] | None:
-        """Append the key and sequence of every delete of the batch to the deleted-keys memory
-        (created on the first delete), in a background thread (one for the sink: the appends take
-        turns anyway): a Parquet file written there and one small append commit, as the write
-        tasks' files are (no Spark job). ``None`` when the batch has nothing to remember."""
-        if not state.key:
-            return None
-        deletes = [c for c in changes if c.op == Operation.DELETE and c.key is not None]
-        if not deletes:
-            return None
-        memory = self.deleted_keys_plan()
-        if memory is None:
-            return None
-        return self._rememberer.submit(self._remember_deletes, self.iceberg_name(table), deletes, memory)
-
-    def _remember_deletes(self, table_id: str, deletes: list[SinkChange], memory: tuple[str, str]) -> None:
-        from sink.arrow import storage_options  # pyarrow: only where files are written
-
-        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-        try:
-            file = deleted_keys_file(memory, deleted_key_rows(table_id, deletes, now),
-                                     storage_options(self.config.catalog.properties))
-        except OSError as exc:
-            raise TableWriteError(self.config.deleted_keys_table, exc) from exc
-        self.remember_deleted_keys([file])
-
-    def expire_deleted_keys(self) -> None:
-        """Forget the deletes recorded more than ``deleted_keys_retention_seconds`` ago, then
-        compact the memory table and expire its snapshots (maintenance)."""
-        if not self._deleted_keys_exist():
-            return
-        m = self.config.maintenance
-        side = self.deleted_keys_id()
-        cutoff = older_than(self.config.deleted_keys_retention_seconds)
-        self.spark.sql(f"DELETE FROM {side} WHERE {quote(DELETED_AT_COLUMN)} < TIMESTAMP '{cutoff}'")
-        cat = quote(self.config.catalog.name)
-        ns, name = self.config.deleted_keys_table.rsplit(".", 1)
-        ident = f"{quote(ns)}.{quote(name)}"
-        self.spark.sql(
-            f"CALL {cat}.system.rewrite_data_files(table => '{ident}', "
-            f"options => map('min-input-files', '{m.min_input_files}'))"
-        ).collect()
-        self.spark.sql(
-            f"CALL {cat}.system.expire_snapshots(table => '{ident}', "
-            f"older_than => TIMESTAMP '{older_than(m.expire_older_than_seconds)}', retain_last => {m.retain_last})"
-        ).collect()
-        log.info("maintenance done on %s", side)
-
-    def deleted_keys_maintenance_due(self) -> bool:
-        """Whether the deleted-keys memory is due for maintenance: every
-        ``maintenance.every_batches`` batches that appended to it."""
-        m = self.config.maintenance
-        if not m.enabled or self._batches == 0 or self._batches % m.every_batches:
-            return False
-        self._batches += 1  # once per cadence, even if no batch appends before the next check
-        return True
 
     # -- maintenance --------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ _EXCEPTION_LINE = re.compile(r"^\s*(?:Caused by: )?([\w$.]+(?:Exception|Error)(?
 class TableWriteError(CdcnormError):
     """Writing a table's batch failed in Spark, Iceberg or the file system (the cause is chained):
     nothing of the batch is committed to that table; the sink tries the batch again
-    (:func:`is_retried`). Raised by :mod:`sink.iceberg`."""
+    (:func:`is_retried`). Raised by :mod:`sink.iceberg` and :mod:`sink.deleted_keys`."""
 
     def __init__(self, table: str, cause: BaseException) -> None:
         super().__init__(f"writing table {table} failed: {type(cause).__name__}")

@@ -662,7 +662,7 @@ class MicroBatchSink:
             return {}
         sc = self.spark.sparkContext
         sc.setJobDescription(f"cdcnorm write: {len(plans)} tables")
-        memory = self.tables.deleted_keys_plan() if any(batch.tables[t].changes for t in plans) else None
+        memory = self.tables.deleted_keys.plan() if any(batch.tables[t].changes for t in plans) else None
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         storage = storage_options(self.config.catalog.properties)  # the executors' pyarrow: the catalog's S3 settings
         if all(len(batch.tasks_of.get(t, ())) <= 1 for t in plans):
@@ -688,7 +688,7 @@ class MicroBatchSink:
             results = (
                 batch.rdd.flatMap(functools.partial(route, slots)).partitionBy(n, slot).mapPartitions(write_slot).collect()
             )
-        self.tables.remember_deleted_keys([r for r in results if isinstance(r, DeletedKeysFile)])
+        self.tables.deleted_keys.remember([r for r in results if isinstance(r, DeletedKeysFile)])
         return {r.table: r for r in results if isinstance(r, TableFiles)}
 
     def _commit_files(self, batch: _Batch, files: dict[Table, TableFiles], report: BatchReport) -> list[Any]:
@@ -719,7 +719,7 @@ class MicroBatchSink:
             self._account(report, table, batch.tables[table], {
                 "upserts": written.upserts, "deletes": written.deleted, "appends": written.appends, "truncates": 0,
             })
-        if tables.deleted_keys_maintenance_due():
+        if tables.deleted_keys.maintenance_due():
             self.maintenance.submit(DELETED_KEYS)
         return failures
 

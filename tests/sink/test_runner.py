@@ -194,6 +194,11 @@ def test_upsert_mode_merge_always_merges() -> None:
 # -- the tables of a batch, committed from the table pool (sink.table_parallelism) ---------------
 
 
+class FakeDeletedKeys:
+    def maintenance_due(self) -> bool:
+        return False
+
+
 class FakeTables:
     """``commit_files`` and ``write_batch`` that take ``seconds`` and record how many tables
     were in flight at once; a table named in ``fail`` raises, one in ``incompatible`` has a
@@ -207,14 +212,12 @@ class FakeTables:
         self.in_flight = 0
         self.most = 0
         self.written: list[str] = []
+        self.deleted_keys = FakeDeletedKeys()
 
     def applied_offsets(self, table: tuple[str, str]) -> dict[str, int]:
         return {}
 
     def maintenance_due(self, table: tuple[str, str]) -> bool:
-        return False
-
-    def deleted_keys_maintenance_due(self) -> bool:
         return False
 
     def _work(self, name: str) -> None:
