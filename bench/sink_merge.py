@@ -273,7 +273,6 @@ def _write_job(tables: Any, rdd: Any, table: tuple[str, str], changes: list[Sink
     append). Returns the rows the table was given."""
     import functools
 
-    from sink.runner import merge_reason
     from sink.tasks import DeletedKeysFile, TableFiles, TablePlan, TableSummary, write_partition
 
     summary = TableSummary(table)
@@ -281,8 +280,8 @@ def _write_job(tables: Any, rdd: Any, table: tuple[str, str], changes: list[Sink
         summary.add(ch)
     key = tables.key_of(table)
     if key:  # an ordered stream: the sink writes row deltas (no MERGE), as it would decide here
-        reason = merge_reason(summary, tables.newest_sequences(table), tables.remembered_truncate(table), tables.config.upsert_mode)
-        assert reason is None, f"the sink would MERGE this batch: {reason}"
+        how = tables.write_plan(table, summary)
+        assert how.row_delta, f"the sink would MERGE this batch: {how.reason}"
     location, schema = tables.plan_of(table)
     plan = TablePlan(table, tables.iceberg_name(table), location, schema, key, tables.applied_offsets(table))
     memory = tables.deleted_keys.plan() if key else None

@@ -7,10 +7,12 @@ in one Iceberg commit tagged with the Kafka offsets it covers (the Spark session
   (:mod:`sink.tasks`); the driver commits both in one ``RowDelta`` through the Iceberg Java API,
   the way Flink's and Kafka Connect's Iceberg sinks write upserts. No Spark job, no read of the
   table: it is taken when every change of the batch is newer than anything the table holds (the
-  sequences each commit records, ``cdcnorm.newest``), which is the case of an ordered stream.
+  sequences each commit records, ``cdcnorm.newest``), which is the case of an ordered stream
+  (:meth:`IcebergTables.write_plan`, decided by :mod:`sink.write_plan`).
 * **MERGE** (:meth:`IcebergTables.write_batch`): a Spark ``MERGE INTO`` that compares each change
   with the stored row's sequence: for late or replayed changes, partial rows, truncates, and
-  ``sink.upsert_mode: merge``.
+  ``sink.upsert_mode: merge``. Its Spark SQL is :mod:`sink.merge`'s; the deleted keys it consults
+  are :mod:`sink.deleted_keys`'.
 
 The offsets are written into the snapshot summary (``cdcnorm.offsets``; for MERGE through
 Iceberg's ``CommitMetadata.withCommitProperties``) and read back on start, so a crash between the
@@ -43,9 +45,11 @@ from sink.tasks import (
     TABLE_COLUMN,
     TS_COLUMN,
     TableFiles,
+    TableSummary,
     seq_class,
 )
 from sink.types import ColumnSpec, widening
+from sink.write_plan import WritePlan, plan_write
 from transforms.errors import CdcnormError
 
 if TYPE_CHECKING:
@@ -703,6 +707,12 @@ class IcebergTables:
             self._read_summary(table, state)
         truncated = self._truncate_watermark(state, None)
         return truncated[0] if truncated else None
+
+    def write_plan(self, table: tuple[str, str], summary: TableSummary) -> WritePlan:
+        """How the table's micro-batch (``summary``: what the read tasks found of it) is written,
+        row delta or MERGE, and why (:func:`sink.write_plan.plan_write`): against the table's
+        newest sequences and its remembered truncate, under ``sink.upsert_mode``."""
+        return plan_write(summary, self.newest_sequences(table), self.remembered_truncate(table), self.config.upsert_mode)
 
     # -- maintenance --------------------------------------------------------------------
 
