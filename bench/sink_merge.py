@@ -190,7 +190,8 @@ def _sink_config(warehouse: Path, **overrides: Any) -> Any:
 
 
 def merge_throughput(report: BenchReport, size: Size, workdir: Path) -> None:
-    from sink.iceberg import IcebergTables, build_spark
+    from sink.iceberg import IcebergTables
+    from sink.spark_session import build_spark
 
     config = _sink_config(workdir / "warehouse-merge")
     started = time.monotonic()
@@ -272,7 +273,6 @@ def _write_job(tables: Any, rdd: Any, table: tuple[str, str], changes: list[Sink
     append). Returns the rows the table was given."""
     import functools
 
-    from sink.runner import merge_reason
     from sink.tasks import DeletedKeysFile, TableFiles, TablePlan, TableSummary, write_partition
 
     summary = TableSummary(table)
@@ -280,15 +280,15 @@ def _write_job(tables: Any, rdd: Any, table: tuple[str, str], changes: list[Sink
         summary.add(ch)
     key = tables.key_of(table)
     if key:  # an ordered stream: the sink writes row deltas (no MERGE), as it would decide here
-        reason = merge_reason(summary, tables.newest_sequences(table), tables.remembered_truncate(table), tables.config.upsert_mode)
-        assert reason is None, f"the sink would MERGE this batch: {reason}"
+        how = tables.write_plan(table, summary)
+        assert how.row_delta, f"the sink would MERGE this batch: {how.reason}"
     location, schema = tables.plan_of(table)
     plan = TablePlan(table, tables.iceberg_name(table), location, schema, key, tables.applied_offsets(table))
-    memory = tables.deleted_keys_plan() if key else None
+    memory = tables.deleted_keys.plan() if key else None
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     write = functools.partial(write_partition, tables={0: frozenset({table})}, plans={table: plan}, deleted_keys=memory, now=now)
     results = rdd.mapPartitionsWithIndex(write).collect()
-    tables.remember_deleted_keys([r for r in results if isinstance(r, DeletedKeysFile)])
+    tables.deleted_keys.remember([r for r in results if isinstance(r, DeletedKeysFile)])
     files = next(r for r in results if isinstance(r, TableFiles))
     assert files.fallback is None, files.fallback
     offsets = {f"{TOPIC}:0": changes[-1].offset + 1}
@@ -303,7 +303,8 @@ def row_delta_throughput(report: BenchReport, size: Size, workdir: Path) -> None
     keys remembered) or one append (the same changes to a keyless table)."""
     from pyspark import StorageLevel
 
-    from sink.iceberg import IcebergTables, build_spark
+    from sink.iceberg import IcebergTables
+    from sink.spark_session import build_spark
 
     config = _sink_config(workdir / "warehouse-delta")
     spark = build_spark(config)

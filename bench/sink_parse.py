@@ -334,7 +334,7 @@ def check_agreement(spark: SparkSession, plan: JvmPlan, sample: list[tuple[bytes
 def _spark(size: Size) -> SparkSession:
     from pyspark.sql import SparkSession
 
-    # the Python workers: this interpreter (the project's packages, as sink.iceberg.build_spark
+    # the Python workers: this interpreter (the project's packages, as sink.spark_session.build_spark
     # does) and this checkout (``bench`` is not an installed package)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]

@@ -16,7 +16,7 @@ against a baseline of the same run (issue 16, "tables scale" and "per-record wor
    Python workers are other processes), of the many-table run, against the per-record work the
    driver did itself before issue 16, measured in the same run on the same records: consume
    them with confluent-kafka, parse (:class:`sink.changes.RecordParser`), compact, and build the
-   MERGE source's JSON rows per table (``sink.iceberg._json_documents``); that leaves out the
+   MERGE source's JSON rows per table (``sink.merge._json_documents``); that leaves out the
    driver's Spark planning of those days, so the baseline is low, not high. Ratio: now / then,
    **target <= 0.2** (at least 5x less).
 
@@ -252,7 +252,7 @@ def driver_loop_cpu(bootstrap: str, layout: str) -> tuple[float, int]:
     from confluent_kafka import Consumer
 
     from sink.changes import RecordParser, compact
-    from sink.iceberg import _json_documents
+    from sink.merge import _json_documents
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-then-{layout}", "auto.offset.reset": "earliest",
                          "enable.auto.commit": False, "session.timeout.ms": 6000})

@@ -1,15 +1,18 @@
-"""Spark + Iceberg: sessions, table creation and evolution, and the two ways a micro-batch is
-written, each table in one Iceberg commit tagged with the Kafka offsets it covers.
+"""Iceberg: table creation and evolution, and the two ways a micro-batch is written, each table
+in one Iceberg commit tagged with the Kafka offsets it covers (the Spark session:
+:mod:`sink.spark_session`).
 
 * **Row deltas** (the fast path, :meth:`IcebergTables.commit_files`): the write tasks wrote a
   Parquet data file of the new rows and an equality-delete file of their keys
   (:mod:`sink.tasks`); the driver commits both in one ``RowDelta`` through the Iceberg Java API,
   the way Flink's and Kafka Connect's Iceberg sinks write upserts. No Spark job, no read of the
   table: it is taken when every change of the batch is newer than anything the table holds (the
-  sequences each commit records, ``cdcnorm.newest``), which is the case of an ordered stream.
+  sequences each commit records, ``cdcnorm.newest``), which is the case of an ordered stream
+  (:meth:`IcebergTables.write_plan`, decided by :mod:`sink.write_plan`).
 * **MERGE** (:meth:`IcebergTables.write_batch`): a Spark ``MERGE INTO`` that compares each change
   with the stored row's sequence: for late or replayed changes, partial rows, truncates, and
-  ``sink.upsert_mode: merge``.
+  ``sink.upsert_mode: merge``. Its Spark SQL is :mod:`sink.merge`'s; the deleted keys it consults
+  are :mod:`sink.deleted_keys`'.
 
 The offsets are written into the snapshot summary (``cdcnorm.offsets``; for MERGE through
 Iceberg's ``CommitMetadata.withCommitProperties``) and read back on start, so a crash between the
@@ -18,54 +21,41 @@ Iceberg commit and the Kafka commit neither loses nor double-applies a change.
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import datetime as dt
-import glob
 import logging
-import math
-import operator
-import os
-import re
-import struct
-import sys
 import threading
 import time
 import zlib
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from decimal import Decimal
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
-from sink.changes import SinkChange, TableBatch, key_text
-from sink.commits import in_this_thread
-from sink.config import JarSource, SinkConfig, WriteMode
+from sink.changes import TableBatch
+from sink.config import SinkConfig, WriteMode
+from sink.deleted_keys import DeletedKeys
 from sink.faults import crash_point
+from sink.merge import MergeWriter, after_truncate, truncate_sql
+from sink.retry import TableWriteError
+from sink.sql import DISTRIBUTION_PROPERTIES, location_clause, older_than, quote, sql_string
 from sink.tasks import (
-    DELETED_AT_COLUMN,
-    KEY_COLUMN,
     OP_COLUMN,
     SEQ_COLUMN,
     TABLE_COLUMN,
     TS_COLUMN,
     TableFiles,
-    deleted_key_rows,
-    deleted_keys_file,
+    TableSummary,
     seq_class,
 )
 from sink.types import ColumnSpec, widening
-from transforms.envelope import Operation
-from transforms.errors import CdcnormError, MissingExtraError
-from transforms.extras import require_extras
+from sink.write_plan import WritePlan, plan_write
+from transforms.errors import CdcnormError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
-    "DELETED_AT_COLUMN",
     "NEWEST_PROPERTY",
     "OFFSETS_PROPERTY",
     "OWNER_PROPERTY",
@@ -74,13 +64,9 @@ __all__ = [
     "IcebergTables",
     "IncompatibleSchemaError",
     "TableOwnershipError",
-    "TableWriteError",
-    "build_spark",
-    "iceberg_jar",
 ]
 
 log = logging.getLogger("cdcnorm.sink")
-_SEQ = operator.attrgetter("seq")
 
 OFFSETS_PROPERTY = "cdcnorm.offsets"
 # the table's last truncate, {"seq": ..., "at": epoch ms}, carried in every commit's summary while
@@ -89,9 +75,6 @@ TRUNCATED_PROPERTY = "cdcnorm.truncated"
 KEY_PROPERTY = "cdcnorm.key-columns"
 # the group_id of the sink that writes the table (check_owner): one writer per table
 OWNER_PROPERTY = "cdcnorm.owner"
-UNAVAILABLE_COLUMN = "__cdc_unavailable"
-# column -> sequence of the earlier change of the batch a partial change's value was taken from
-FILLED_COLUMN = "__cdc_filled"
 # per sequence class (sink.tasks.seq_class), the newest sequence the table has been given (rows,
 # deletes, truncates): a batch whose changes are all newer can skip the MERGE's comparison
 NEWEST_PROPERTY = "cdcnorm.newest"
@@ -99,20 +82,6 @@ NEWEST_PROPERTY = "cdcnorm.newest"
 # the cdcnorm commits between it and this one, by another writer of the same group, are folded in
 # when the summary is read (_read_summary)
 BASE_PROPERTY = "cdcnorm.base"
-# Deleted keys: one table (sink.deleted_keys_table) holding, for every table of the sink, the keys
-# it deleted, each with the sequence of the delete and when the sink recorded it
-DELETED_KEYS_PROPERTY = "cdcnorm.deleted-keys"
-DELETED_SEQ = "__cdc_deleted_seq"
-# the op of a delete as a SQL literal (the MERGE source's __cdc_op column holds Operation values)
-_DELETE = f"'{Operation.DELETE.value}'"
-
-
-_DISTRIBUTION_PROPERTIES = (
-    "write.distribution-mode",
-    "write.merge.distribution-mode",
-    "write.update.distribution-mode",
-    "write.delete.distribution-mode",
-)
 
 
 class IncompatibleSchemaError(CdcnormError):
@@ -123,16 +92,6 @@ class ConcurrentCommitError(CdcnormError):
     """Another writer (a second sink of the same group, during a rollout) committed to the table
     after the snapshot this sink's offsets and sequences were read from: the batch is read again
     and its offsets re-checked against the table (:meth:`sink.runner.MicroBatchSink.run`)."""
-
-
-class TableWriteError(CdcnormError):
-    """Writing a table's batch failed in Spark, Iceberg or the file system (the cause is chained):
-    nothing of the batch is committed to that table; the sink tries the batch again
-    (:mod:`sink.retry`)."""
-
-    def __init__(self, table: str, cause: BaseException) -> None:
-        super().__init__(f"writing table {table} failed: {type(cause).__name__}")
-        self.table = table
 
 
 class TableOwnershipError(CdcnormError):
@@ -155,152 +114,6 @@ class TableOwnershipError(CdcnormError):
 def _not_found(exc: Exception) -> bool:
     """Whether a Spark error says the table does not exist."""
     return "TABLE_OR_VIEW_NOT_FOUND" in str(exc) or "not found" in str(exc).lower()
-
-
-def _sql_string(value: str) -> str:
-    r"""A Spark SQL string literal.
-
-    >>> print(_sql_string("it's a\\b"))
-    'it\'s a\\b'
-    """
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def iceberg_jar() -> str:
-    """The Iceberg Spark runtime jar shipped in the ``snowpark-connect-deps-iceberg`` wheel."""
-    try:
-        import snowpark_connect_deps_iceberg as wheel
-    except ModuleNotFoundError as exc:
-        raise MissingExtraError(
-            "the Iceberg runtime jar (sink.jar_source: wheel)", ["sink"], ["snowpark_connect_deps_iceberg"]
-        ) from exc
-    jars = glob.glob(os.path.join(os.path.dirname(wheel.__file__), "jars", "iceberg-spark-runtime-3.5_2.12-*.jar"))
-    if not jars:
-        raise RuntimeError("no iceberg-spark-runtime-3.5 jar in snowpark-connect-deps-iceberg (pin 1.0.1)")
-    return jars[0]
-
-
-def local_cores(master: str) -> int | None:
-    """The task slots of a local master (``local``, ``local[N]``, ``local[*]``, ``local[N,F]``).
-
-    >>> local_cores("local[2]"), local_cores("local"), local_cores("spark://h:7077")
-    (2, 1, None)
-    """
-    if master == "local":
-        return 1
-    match = re.fullmatch(r"local\[(\d+|\*)(?:,\d+)?\]", master)
-    if match is None:
-        return None
-    return (os.cpu_count() or 1) if match[1] == "*" else int(match[1])
-
-
-def spark_conf(config: SinkConfig) -> dict[str, str]:
-    """The Spark conf of the sink session: jar, extensions, catalog, then the user's passthrough."""
-    cat = config.catalog
-    prefix = f"spark.sql.catalog.{cat.name}"
-    conf = {
-        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
-        prefix: "org.apache.iceberg.spark.SparkCatalog",
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
-        # MERGE joins on a shuffle: one partition per local core (no straggler task in a second
-        # wave, fewer files per commit); 4 on a cluster master
-        "spark.sql.shuffle.partitions": str(local_cores(config.spark_master) or 4),
-        "spark.sql.session.timeZone": "UTC",
-        # the tables of a micro-batch are written from several driver threads at once
-        # (sink.table_parallelism), each in its own pool: FAIR shares the executors between them
-        # instead of running one table's jobs to the end before the next table's start
-        "spark.scheduler.mode": "FAIR",
-        "spark.driver.extraJavaOptions": "-Duser.timezone=UTC",
-    }
-    if cat.type == "glue":
-        conf[f"{prefix}.catalog-impl"] = "org.apache.iceberg.aws.glue.GlueCatalog"
-    elif cat.type != "custom":  # custom: its catalog-impl comes with the properties
-        conf[f"{prefix}.type"] = cat.type
-    if cat.type == "hadoop":
-        conf[f"{prefix}.warehouse"] = config.warehouse_path()
-    elif cat.warehouse:  # the catalog's own name for it (a REST catalog's warehouse), as given
-        conf[f"{prefix}.warehouse"] = cat.warehouse
-    for key, value in cat.properties.items():
-        conf[f"{prefix}.{key}"] = value
-    if config.jar_source is JarSource.WHEEL:
-        conf["spark.jars"] = iceberg_jar()
-    elif config.jar_source is JarSource.PACKAGES:
-        conf["spark.jars.packages"] = config.jar_packages
-    conf.update(config.spark_conf)
-    extra = config.spark_conf.get("spark.jars")
-    if config.jar_source is JarSource.WHEEL and extra and iceberg_jar() not in extra.split(","):
-        # more jars (Iceberg's AWS bundle for S3FileIO, a JDBC driver): beside the runtime's
-        conf["spark.jars"] = f"{iceberg_jar()},{extra}"
-    return conf
-
-
-def build_spark(config: SinkConfig) -> SparkSession:
-    """A Spark session configured for the sink."""
-    require_extras("a Spark session (the Iceberg sink)", "sink")
-    from pyspark.sql import SparkSession
-
-    if local_cores(config.spark_master) is not None:
-        # the read and write tasks run in Python workers: on a local master, this interpreter
-        # (its packages: cdcnorm, confluent-kafka, pyarrow), not whatever python3 is on PATH;
-        # a cluster's executors take theirs from PYSPARK_PYTHON (the image's)
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(config.spark_master).appName("cdcnorm-sink")
-    for key, value in spark_conf(config).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per callback (MERGE commit properties)
-    if "://" not in config.catalog.warehouse or config.catalog.warehouse.startswith("file:"):
-        _no_checksum_files(spark)
-        if not any(k.startswith(("spark.hadoop.fs.file.", f"spark.sql.catalog.{config.catalog.name}.hadoop.fs.file."))
-                   for k in config.spark_conf):  # the user's own choice of local file system stands
-            _local_file_system_without_forks(spark)
-    return spark
-
-
-def _local_file_system_without_forks(spark: SparkSession) -> None:
-    """A warehouse on a local disk: ``file:`` paths go through
-    ``sink/jvm/CdcnormLocalFileSystem.java``, Hadoop's raw local file system setting permissions
-    through ``java.nio``, where Hadoop's own forks a ``chmod`` for every file and directory it
-    creates when its native library is absent (as in the pip pyspark): about ten processes per
-    Iceberg commit, much of a small table's commit time on the 2-core machines here. Compiled by
-    Janino like the commit helper and put in Hadoop's file system cache of this JVM (the driver's;
-    local executors share it); if that fails, Hadoop's own stays (said in a warning)."""
-    from sink.commits import compiled_class
-
-    jsc = spark._jsc
-    assert jsc is not None
-    try:
-        cls = compiled_class(spark, "CdcnormLocalFileSystem.java")
-        installed = cls.newInstance().installAsLocal(jsc.hadoopConfiguration())
-        if installed.getClass().getName() != cls.getName():
-            raise RuntimeError(f"the cache still gives {installed.getClass().getName()}")
-    except Exception as exc:
-        log.warning("the local file system without chmod processes is not available (%s: %s); Hadoop's own is used",
-                    type(exc).__name__, (str(exc).splitlines() or [""])[0][:300])
-
-
-def _no_checksum_files(spark: SparkSession) -> None:
-    """A warehouse on a local disk: Hadoop's local file system writes a ``.crc`` file beside each
-    file, and without Hadoop's native library (the PyPI pyspark has none) it forks a ``chmod``
-    process for each file it creates, the ``.crc`` files included (about 10 ms each, measured on
-    the 2-core machines here; an Iceberg commit creates five files). Iceberg does not need the
-    checksum files (its metadata and Parquet files carry their own checks), so the driver's
-    cached local file system stops writing them: half the forks of every commit."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    local = jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI("file:///"), spark._jsc.hadoopConfiguration())
-    local.setWriteChecksum(False)
-
-
-def quote(name: str) -> str:
-    """A backtick-quoted SQL identifier.
-
-    >>> quote("a`b")
-    '`a``b`'
-    """
-    return "`" + name.replace("`", "``") + "`"
 
 
 @dataclass
@@ -355,13 +168,8 @@ class IcebergTables:
         self._jcatalog: Any = None
         self._jtables: dict[tuple[str, str], Any] = {}  # Java Table handles (java_table)
         self._catalog_lock = threading.Lock()
-        self._deleted_keys: tuple[str, str] | None = None  # its location and schema JSON, once created
-        self._deleted_keys_absent = False  # looked up and not there (see _deleted_keys_exist)
-        self._deleted_keys_lock = threading.Lock()
-        self._remember_lock = threading.Lock()
-        # the MERGE path's deleted-keys appends, in the background (no thread until the first)
-        self._rememberer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdcnorm-deleted-keys")
-        self._batches = 0  # batches that remembered deleted keys (their table's maintenance cadence)
+        self.deleted_keys = DeletedKeys(spark, config, self.java_table)  # the deleted-keys memory (sink.deleted_keys)
+        self.merger = MergeWriter(spark, self.deleted_keys.table_id)  # the MERGE path's Spark SQL (sink.merge)
 
     # -- naming -----------------------------------------------------------------------
 
@@ -374,11 +182,6 @@ class IcebergTables:
     def iceberg_name(self, table: tuple[str, str]) -> str:
         """``namespace.table`` as the deleted-keys memory and log lines name a table."""
         return f"{self.config.namespace or table[0]}.{table[1]}"
-
-    def deleted_keys_id(self) -> str:
-        """The table remembering the deleted keys of every table (``sink.deleted_keys_table``)."""
-        ns, name = self.config.deleted_keys_table.rsplit(".", 1)
-        return f"{quote(self.config.catalog.name)}.{quote(ns)}.{quote(name)}"
 
     # -- the Iceberg Java API -----------------------------------------------------------
 
@@ -491,7 +294,7 @@ class IcebergTables:
         handles): read again from the catalog on next use, after a failed write left it in doubt."""
         self._state.clear()
         self._jtables.clear()
-        self._deleted_keys_absent = False
+        self.deleted_keys.forget_absent()
 
     def key_of(self, table: tuple[str, str]) -> tuple[str, ...]:
         """The table's key columns (empty: append-only)."""
@@ -619,7 +422,7 @@ class IcebergTables:
             "write.delete.mode": mode,
             # the tables are unpartitioned: no shuffle of the merged rows before writing them
             # (Iceberg's default clusters them by data file, one more exchange per MERGE)
-            **dict.fromkeys(_DISTRIBUTION_PROPERTIES, "none"),
+            **dict.fromkeys(DISTRIBUTION_PROPERTIES, "none"),
             # merge-on-read: one position-delete file per MERGE task. With Iceberg's default
             # (file scope) a MERGE rewrites one delete file, earlier deletes included, for every
             # data file holding a changed key: with keys spread over the table, every data file
@@ -630,8 +433,8 @@ class IcebergTables:
             **self.config.table_properties,
         }
         props_sql = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
-        props_sql += f", '{OWNER_PROPERTY}'={_sql_string(self.config.group_id)}"
-        location = self._location_clause(self.config.namespace or table[0], table[1])
+        props_sql += f", '{OWNER_PROPERTY}'={sql_string(self.config.group_id)}"
+        location = location_clause(self.config.catalog.table_location, self.config.namespace or table[0], table[1])
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS {tid} ({', '.join(defs)}) USING iceberg{location} TBLPROPERTIES ({props_sql})")
         self._verify_owner(self._java(table), tid)  # another sink may have created it first
         if key and self.config.write_mode is WriteMode.COPY_ON_WRITE:
@@ -715,10 +518,10 @@ class IcebergTables:
             seq = quote(SEQ_COLUMN)
             cls = f"CASE WHEN {seq} LIKE 's%' THEN 's' ELSE substring({seq}, 1, 5) END"
             queries = [f"SELECT {cls} AS class, max({seq}) AS newest FROM {self.table_id(table)} WHERE {seq} IS NOT NULL GROUP BY 1"]
-            if self._deleted_keys_exist():
+            if self.deleted_keys.exist():
                 queries.append(
-                    f"SELECT {cls} AS class, max({seq}) AS newest FROM {self.deleted_keys_id()} "
-                    f"WHERE {quote(TABLE_COLUMN)} = {_sql_string(self.iceberg_name(table))} GROUP BY 1"
+                    f"SELECT {cls} AS class, max({seq}) AS newest FROM {self.deleted_keys.table_id()} "
+                    f"WHERE {quote(TABLE_COLUMN)} = {sql_string(self.iceberg_name(table))} GROUP BY 1"
                 )
             for query in queries:
                 _fold(newest, [row["newest"] for row in self.spark.sql(query).collect() if row["newest"] is not None])
@@ -814,13 +617,13 @@ class IcebergTables:
         _fold(newest, [c.seq for c in (*batch.changes, *batch.appends)] + ([batch.truncate_seq] if batch.truncate_seq else []))
         props = self._commit_properties(state, offsets, newest, truncated)
         if truncated is not None:
-            batch = _after_truncate(batch, truncated[0])
+            batch = after_truncate(batch, truncated[0])
         # the batch's deletes are remembered first, in their own commit: a crash before the
         # table's commit leaves markers that only say what is true (the key was deleted at that
         # sequence); the batch is read again and applied as before. The append runs in the
         # background while the MERGE's source is built, and every write of the table waits for it.
-        consult = self._may_be_superseded(state, batch.changes)  # by an earlier batch's delete
-        remembered = self._remember_deletes_async(batch.table, state, batch.changes)
+        consult = self.deleted_keys.may_be_superseded(state, batch.changes)  # by an earlier batch's delete
+        remembered = self.deleted_keys.remember_async(self.iceberg_name(batch.table), state, batch.changes)
 
         def remembered_first() -> None:
             if remembered is not None:
@@ -830,11 +633,11 @@ class IcebergTables:
             crash_point("mid-merge")
             if batch.truncate:
                 remembered_first()
-                self.spark.sql(_truncate_sql(tid, batch.truncate_seq))
+                self.spark.sql(truncate_sql(tid, batch.truncate_seq))
                 counts["truncates"] = 1
             if batch.changes:
                 deleted_keys = self.iceberg_name(batch.table) if consult else None
-                self._merge(tid, state, batch.changes, counts, deleted_keys=deleted_keys, before_write=remembered_first)
+                self.merger.merge(tid, state, batch.changes, counts, deleted_keys=deleted_keys, before_write=remembered_first)
             if batch.appends and state.key:
                 # a change whose key is unknown (e.g. a delete whose key column was absent)
                 # cannot be applied to a keyed table; it is counted and logged, not guessed
@@ -842,7 +645,7 @@ class IcebergTables:
                 log.warning("table %s: %d changes without a key skipped (the table is keyed)", tid, len(batch.appends))
             elif batch.appends:
                 remembered_first()
-                self._append(tid, state, batch.appends)
+                self.merger.append(tid, state, batch.appends)
                 counts["appends"] = len(batch.appends)
         try:
             self._with_commit_properties(props, work)
@@ -896,7 +699,7 @@ class IcebergTables:
 
     def remembered_truncate(self, table: tuple[str, str]) -> str | None:
         """The sequence of the table's last truncate while it is remembered (changes not newer
-        than it are left out, :func:`_after_truncate`)."""
+        than it are left out, :func:`sink.merge.after_truncate`)."""
         state = self._load_state(table)
         if state is None:
             return None
@@ -905,272 +708,11 @@ class IcebergTables:
         truncated = self._truncate_watermark(state, None)
         return truncated[0] if truncated else None
 
-    def _frame(self, state: _TableState, changes: list[SinkChange], with_unavailable: bool, with_key: bool = False) -> Any:
-        """The MERGE source: the changes' rows with their op, sequence and timestamp; the
-        columns each lacks (``with_unavailable``); the key as the deleted-keys memory writes it
-        (``with_key``)."""
-        names = list(state.columns)
-        cols_sql = [f"{quote(n)} {state.columns[n]}" for n in names]
-        cols_sql += [f"{quote(OP_COLUMN)} string", f"{quote(SEQ_COLUMN)} string", f"{quote(TS_COLUMN)} bigint"]
-        if with_unavailable:
-            cols_sql.append(f"{quote(UNAVAILABLE_COLUMN)} array<string>")
-            cols_sql.append(f"{quote(FILLED_COLUMN)} map<string,string>")
-        if with_key:
-            cols_sql.append(f"{quote(KEY_COLUMN)} string")
-        schema = ", ".join(cols_sql)
-        docs = _json_documents(state.columns, changes, with_unavailable, with_key)
-        if docs is not None:
-            # Built in the JVM from JSON text: no Python worker processes, and a source the MERGE
-            # can read more than once cheaply. FAILFAST: a value Spark cannot parse is an error,
-            # never a silently null column.
-            from pyspark.sql import DataFrame
-
-            jspark = self.spark._jsparkSession
-            jvm = self.spark.sparkContext._jvm
-            assert jvm is not None
-            dataset = jspark.createDataset(docs, jvm.org.apache.spark.sql.Encoders.STRING())
-            return DataFrame(jspark.read().schema(schema).option("mode", "FAILFAST").json(dataset), self.spark)
-        rows = []
-        # an integral JSON number in a float/double column: a float, as the JSON path reads it
-        # (Spark's Python-row conversion turns an int into NULL for these types)
-        floating = [i for i, n in enumerate(names) if state.columns[n] in ("float", "double")]
-        for ch in changes:
-            image = ch.row or {}
-            values: list[Any] = [image.get(n) for n in names]
-            for i in floating:
-                if type(values[i]) is int:
-                    with contextlib.suppress(OverflowError):
-                        values[i] = float(values[i])
-            values += [str(ch.op), ch.seq, ch.ts_ms]
-            if with_unavailable:
-                values.append(sorted(ch.unavailable) if ch.unavailable else [])
-                values.append(dict(ch.filled))
-            if with_key:
-                values.append(key_text(ch.key))
-            rows.append(values)
-        return self.spark.createDataFrame(rows, schema=schema, verifySchema=False)
-
-    def _merge(
-        self,
-        tid: str,
-        state: _TableState,
-        changes: list[SinkChange],
-        counts: dict[str, int],
-        deleted_keys: str | None = None,
-        before_write: Callable[[], None] | None = None,
-    ) -> None:
-        """MERGE the batch's changes; with ``deleted_keys`` (the table's name in the deleted-keys
-        memory), a change that is not a delete and is not newer than a remembered delete of its
-        key is left out of the source. ``before_write`` is called once the source is built,
-        right before the MERGE runs (it waits for the batch's deleted keys to be committed)."""
-        key = state.key or changes[-1].key_columns
-        # the columns some change of the batch did not carry (partial images): an update keeps
-        # their stored value where its change lacks them, or where the value was filled from an
-        # earlier change of the batch that is not newer than the stored row. Usually none: then
-        # every column is a plain assignment, the source frame has no unavailable array, and Spark
-        # prunes the target scan (and the join's shuffle) to the key, the sequence and the row position.
-        partial = frozenset().union(*(ch.unavailable for ch in changes), *(ch.filled for ch in changes))
-        frame = self._frame(state, changes, with_unavailable=bool(partial), with_key=deleted_keys is not None)
-        view = f"cdcnorm_src_{abs(hash(tid)) % 10**8}"
-        frame.createOrReplaceTempView(view)
-        views = [view]
-        if deleted_keys is not None and any(c.op != Operation.DELETE for c in changes):
-            raw, view = view, f"{view}_live"
-            self.spark.sql(_not_deleted_sql(raw, self.deleted_keys_id(), deleted_keys)).createOrReplaceTempView(view)
-            views.append(view)
-        on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
-        newer = f"(t.{quote(SEQ_COLUMN)} IS NULL OR s.{quote(SEQ_COLUMN)} > t.{quote(SEQ_COLUMN)})"
-        not_older = f"(t.{quote(SEQ_COLUMN)} IS NULL OR s.{quote(SEQ_COLUMN)} >= t.{quote(SEQ_COLUMN)})"
-        sets = []
-        for name in state.columns:
-            q = quote(name)
-            if name in partial:
-                lit = "'" + name.replace("'", "''") + "'"
-                sets.append(
-                    f"t.{q} = CASE WHEN array_contains(s.{quote(UNAVAILABLE_COLUMN)}, {lit}) THEN t.{q} "
-                    f"WHEN try_element_at(s.{quote(FILLED_COLUMN)}, {lit}) <= t.{quote(SEQ_COLUMN)} THEN t.{q} "
-                    f"ELSE s.{q} END"
-                )
-            else:
-                sets.append(f"t.{q} = s.{q}")
-        sets.append(f"t.{quote(SEQ_COLUMN)} = s.{quote(SEQ_COLUMN)}")
-        sets.append(f"t.{quote(TS_COLUMN)} = s.{quote(TS_COLUMN)}")
-        insert_cols = [*state.columns, SEQ_COLUMN, TS_COLUMN]
-        if before_write is not None:
-            before_write()
-        self.spark.sql(
-            f"MERGE INTO {tid} t USING {view} s ON {on} "
-            f"WHEN MATCHED AND s.{quote(OP_COLUMN)} = {_DELETE} AND {not_older} THEN DELETE "
-            f"WHEN MATCHED AND s.{quote(OP_COLUMN)} <> {_DELETE} AND {newer} THEN UPDATE SET {', '.join(sets)} "
-            f"WHEN NOT MATCHED AND s.{quote(OP_COLUMN)} <> {_DELETE} THEN INSERT ({', '.join(quote(c) for c in insert_cols)}) "
-            f"VALUES ({', '.join('s.' + quote(c) for c in insert_cols)})"
-        )
-        for name in views:
-            self.spark.catalog.dropTempView(name)
-        counts["deletes"] = sum(1 for c in changes if c.op == Operation.DELETE)
-        counts["upserts"] = len(changes) - counts["deletes"]
-
-    def _append(self, tid: str, state: _TableState, changes: list[SinkChange]) -> None:
-        frame = self._frame(state, changes, with_unavailable=False)
-        cols = [*state.columns, SEQ_COLUMN, TS_COLUMN, OP_COLUMN]
-        frame.select(*[quote(c) for c in cols]).writeTo(tid).append()
-
-    # -- deleted keys -------------------------------------------------------------------
-
-    def _deleted_keys_exist(self) -> bool:
-        """Whether the deleted-keys table exists (looked up once: only this sink's deletes are
-        remembered for its tables, and it creates the table on its first delete)."""
-        if self._deleted_keys is None and self._deleted_keys_absent:
-            return False
-        exists = self.deleted_keys_plan(create=False) is not None
-        self._deleted_keys_absent = not exists
-        return exists
-
-    def deleted_keys_plan(self, create: bool = True) -> tuple[str, str] | None:
-        """The location and Iceberg schema (JSON) of the deleted-keys memory table, created on
-        first use (``create``); ``None`` when it does not exist (or is not kept)."""
-        if self.config.deleted_keys_retention_seconds <= 0:
-            return None
-        with self._deleted_keys_lock:
-            if self._deleted_keys is None:
-                ns, name = self.config.deleted_keys_table.rsplit(".", 1)
-                jt = self.java_table((ns, name))
-                if jt is None:
-                    if not create:
-                        return None
-                    self._create_deleted_keys()
-                    jt = self.java_table((ns, name))
-                self._deleted_keys = (jt.location(), self.jvm.org.apache.iceberg.SchemaParser.toJson(jt.schema()))
-            return self._deleted_keys
-
-    def _location_clause(self, namespace: str, name: str) -> str:
-        """`` LOCATION '<sink.catalog.table_location>/<namespace>/<name>'``, or nothing when the
-        catalog places its tables itself."""
-        base = self.config.catalog.table_location.rstrip("/")
-        return f" LOCATION {_sql_string(f'{base}/{namespace}/{name}')}" if base else ""
-
-    def _create_deleted_keys(self) -> None:
-        ns = self.config.deleted_keys_table.rsplit(".", 1)[0]
-        side = self.deleted_keys_id()
-        defs = [f"{quote(TABLE_COLUMN)} string", f"{quote(KEY_COLUMN)} string", f"{quote(SEQ_COLUMN)} string",
-                f"{quote(DELETED_AT_COLUMN)} timestamp"]
-        props = {
-            "format-version": "2",
-            **dict.fromkeys(_DISTRIBUTION_PROPERTIES, "none"),
-            **self.config.table_properties,
-            # appended to by every batch with deletes, read only by a MERGE of late changes, and
-            # deleted from only when markers expire (maintenance): copy-on-write keeps the reads
-            # free of delete files (old files usually expire whole, a metadata-only delete)
-            "write.delete.mode": "copy-on-write",
-            "write.update.mode": "copy-on-write",
-            "write.merge.mode": "copy-on-write",
-            DELETED_KEYS_PROPERTY: "true",
-        }
-        props_sql = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
-        self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {quote(self.config.catalog.name)}.{quote(ns)}")
-        location = self._location_clause(ns, self.config.deleted_keys_table.rsplit(".", 1)[1])
-        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {side} ({', '.join(defs)}) USING iceberg{location} TBLPROPERTIES ({props_sql})")
-        log.info("created table %s: the deleted keys of every table", side)
-
-    def remember_deleted_keys(self, files: list[Any]) -> None:
-        """Commit the deleted-keys files the write tasks wrote (:class:`sink.tasks.DeletedKeysFile`),
-        one append for the whole batch, before any table's commit: a crash in between leaves
-        markers that only say what is true (the key was deleted at that sequence)."""
-        if not files:
-            return
-        from py4j.protocol import Py4JError
-        from pyspark.errors import PySparkException
-
-        from sink.datafiles import FileEntries
-
-        ns, name = self.config.deleted_keys_table.rsplit(".", 1)
-        with self._remember_lock:  # MERGEd tables remember theirs from the table pool: one append at a time
-            try:
-                jt = self.java_table((ns, name), refresh=False)  # its only writer is this sink (a retry refreshes)
-                entries = FileEntries(self.jvm, jt)
-                append = jt.newAppend().scanManifestsWith(in_this_thread(self.jvm))
-                for f in files:
-                    append = append.appendFile(entries.data_file(f.file))
-                append.commit()
-            except (Py4JError, PySparkException, OSError) as exc:
-                raise TableWriteError(self.config.deleted_keys_table, exc) from exc
-            self._batches += 1
-
-    def _may_be_superseded(self, state: _TableState, changes: list[SinkChange]) -> bool:
-        """Whether a remembered delete (of an earlier batch) can supersede one of ``changes``:
-        only when some change that is not a delete is not newer than the table's newest
-        sequence (which counts its deletes). In an ordered stream every change is newer, and the
-        MERGE skips the anti-join against the memory; a replay or a late change needs it.
-        Compaction leaves one change per key in a batch, so the batch's own deletes never
-        supersede its other changes."""
-        if not state.key or not self._deleted_keys_exist():
-            return False
-        newest = state.newest
-        if newest is not None and changes:
-            oldest = min(map(_SEQ, changes))
-            if oldest.startswith("s") and oldest > newest.get("s", ""):
-                return False  # the usual case, at C speed: source sequences ("s" sorts after "k"), all newer
-        return any(
-            c.op != Operation.DELETE and (newest is None or c.seq <= newest.get(seq_class(c.seq), ""))
-            for c in changes
-        )
-
-    def _remember_deletes_async(self, table: tuple[str, str], state: _TableState, changes: list[SinkChange]) -> Future[None] | None:
-        """Append the key and sequence of every delete of the batch to the deleted-keys memory
-        (created on the first delete), in a background thread (one for the sink: the appends take
-        turns anyway): a Parquet file written there and one small append commit, as the write
-        tasks' files are (no Spark job). ``None`` when the batch has nothing to remember."""
-        if not state.key:
-            return None
-        deletes = [c for c in changes if c.op == Operation.DELETE and c.key is not None]
-        if not deletes:
-            return None
-        memory = self.deleted_keys_plan()
-        if memory is None:
-            return None
-        return self._rememberer.submit(self._remember_deletes, self.iceberg_name(table), deletes, memory)
-
-    def _remember_deletes(self, table_id: str, deletes: list[SinkChange], memory: tuple[str, str]) -> None:
-        from sink.arrow import storage_options  # pyarrow: only where files are written
-
-        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-        try:
-            file = deleted_keys_file(memory, deleted_key_rows(table_id, deletes, now),
-                                     storage_options(self.config.catalog.properties))
-        except OSError as exc:
-            raise TableWriteError(self.config.deleted_keys_table, exc) from exc
-        self.remember_deleted_keys([file])
-
-    def expire_deleted_keys(self) -> None:
-        """Forget the deletes recorded more than ``deleted_keys_retention_seconds`` ago, then
-        compact the memory table and expire its snapshots (maintenance)."""
-        if not self._deleted_keys_exist():
-            return
-        m = self.config.maintenance
-        side = self.deleted_keys_id()
-        cutoff = _older_than(self.config.deleted_keys_retention_seconds)
-        self.spark.sql(f"DELETE FROM {side} WHERE {quote(DELETED_AT_COLUMN)} < TIMESTAMP '{cutoff}'")
-        cat = quote(self.config.catalog.name)
-        ns, name = self.config.deleted_keys_table.rsplit(".", 1)
-        ident = f"{quote(ns)}.{quote(name)}"
-        self.spark.sql(
-            f"CALL {cat}.system.rewrite_data_files(table => '{ident}', "
-            f"options => map('min-input-files', '{m.min_input_files}'))"
-        ).collect()
-        self.spark.sql(
-            f"CALL {cat}.system.expire_snapshots(table => '{ident}', "
-            f"older_than => TIMESTAMP '{_older_than(m.expire_older_than_seconds)}', retain_last => {m.retain_last})"
-        ).collect()
-        log.info("maintenance done on %s", side)
-
-    def deleted_keys_maintenance_due(self) -> bool:
-        """Whether the deleted-keys memory is due for maintenance: every
-        ``maintenance.every_batches`` batches that appended to it."""
-        m = self.config.maintenance
-        if not m.enabled or self._batches == 0 or self._batches % m.every_batches:
-            return False
-        self._batches += 1  # once per cadence, even if no batch appends before the next check
-        return True
+    def write_plan(self, table: tuple[str, str], summary: TableSummary) -> WritePlan:
+        """How the table's micro-batch (``summary``: what the read tasks found of it) is written,
+        row delta or MERGE, and why (:func:`sink.write_plan.plan_write`): against the table's
+        newest sequences and its remembered truncate, under ``sink.upsert_mode``."""
+        return plan_write(summary, self.newest_sequences(table), self.remembered_truncate(table), self.config.upsert_mode)
 
     # -- maintenance --------------------------------------------------------------------
 
@@ -1206,7 +748,7 @@ class IcebergTables:
         ).collect()
         self.spark.sql(
             f"CALL {cat}.system.expire_snapshots(table => '{ident}', "
-            f"older_than => TIMESTAMP '{_older_than(m.expire_older_than_seconds)}', retain_last => {m.retain_last})"
+            f"older_than => TIMESTAMP '{older_than(m.expire_older_than_seconds)}', retain_last => {m.retain_last})"
         ).collect()
         log.info("maintenance done on %s (%d equality-delete files folded in)", tid, dropped)
 
@@ -1245,151 +787,6 @@ class IcebergTables:
         return dropped
 
 
-_JSON_CHUNK_BYTES = 8 * 1024 * 1024
-_FLOAT32 = struct.Struct("<f")
-
-
-class _NotJson(Exception):
-    """A batch value that JSON text cannot carry exactly (the batch takes the Python-rows path)."""
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        if not value.is_finite():
-            raise _NotJson(f"decimal {value}")
-        return str(value)
-    if isinstance(value, bytes | bytearray):
-        return base64.b64encode(value).decode("ascii")  # Spark's JSON reader decodes base64 binary
-    raise _NotJson(f"{type(value).__name__} value")
-
-
-def _float32(value: Any) -> Any:
-    """A float column's value rounded to float32 here, as the Python-rows path does in the JVM
-    (NaN and the infinities: the rows path; JSON has none and orjson would write null)."""
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise _NotJson(f"float {value}")
-        try:
-            rounded: float = _FLOAT32.unpack(_FLOAT32.pack(value))[0]
-        except (OverflowError, struct.error) as exc:
-            raise _NotJson(f"float32 {value}") from exc
-        return rounded
-    return value
-
-
-def _json_documents(
-    columns: dict[str, str], changes: list[SinkChange], with_unavailable: bool, with_key: bool = False
-) -> list[str] | None:
-    """The rows of a source frame as JSON array texts of at most ~8 MB each, or ``None`` when a
-    value cannot be carried exactly (then the frame is built from Python rows).
-
-    Values are what :mod:`sink.types` decoders return: dates and datetimes (ISO text, with the
-    offset for zoned ones), ``Decimal`` (text, parsed at the column's scale), ``bytes`` (base64),
-    numbers, strings, ``dict``/``list`` for structs, maps and arrays.
-    """
-    names = list(columns)
-    if any("float" in t and t != "float" for t in columns.values()):
-        return None  # float32 nested in a struct/array/map: keep the exact rows path
-    floats = [n for n in names if columns[n] == "float"]
-    doubles = [n for n in names if columns[n] == "double"]
-    dumps, default = orjson.dumps, _json_default
-    docs: list[str] = []
-    chunk: list[bytes] = []
-    size = 0
-    try:
-        for ch in changes:
-            image = ch.row or {}
-            doc = {n: image.get(n) for n in names}
-            for n in floats:
-                doc[n] = _float32(doc[n])
-            for n in doubles:
-                value = doc[n]
-                if isinstance(value, float) and not math.isfinite(value):
-                    raise _NotJson(f"{value} in column {n}")  # JSON has no NaN: orjson would write null
-            doc[OP_COLUMN] = str(ch.op)
-            doc[SEQ_COLUMN] = ch.seq
-            doc[TS_COLUMN] = ch.ts_ms
-            if with_unavailable:
-                doc[UNAVAILABLE_COLUMN] = sorted(ch.unavailable) if ch.unavailable else []
-                doc[FILLED_COLUMN] = ch.filled
-            if with_key:
-                doc[KEY_COLUMN] = key_text(ch.key)
-            text = dumps(doc, default=default)
-            chunk.append(text)
-            size += len(text) + 1
-            if size >= _JSON_CHUNK_BYTES:
-                docs.append((b"[" + b",".join(chunk) + b"]").decode())
-                chunk, size = [], 0
-    except (_NotJson, orjson.JSONEncodeError) as exc:
-        log.debug("source frame from Python rows: %s", exc)
-        return None
-    if chunk:
-        docs.append((b"[" + b",".join(chunk) + b"]").decode())
-    return docs
-
-
-def _orders_globally(seq: str) -> bool:
-    """Whether a sequence orders against every change of its table: a source sequence does,
-    a partition/offset position (``k...``, from :func:`sink.changes.ordering`) only within its
-    partition."""
-    return seq.startswith("s")
-
-
-def _after_truncate(batch: TableBatch, truncate_seq: str) -> TableBatch:
-    """``batch`` without the changes older than a truncate that an earlier batch (or this one)
-    applied: a change of another partition may arrive a batch after the truncate, and would
-    otherwise bring back a row the truncate removed. Deletes stay (harmless). Only changes
-    whose sequence, like the truncate's, is a source sequence are compared."""
-    if not _orders_globally(truncate_seq):
-        return batch
-
-    def kept(c: SinkChange) -> bool:
-        return c.op == Operation.DELETE or not _orders_globally(c.seq) or c.seq > truncate_seq
-
-    changes = [c for c in batch.changes if kept(c)]
-    appends = [c for c in batch.appends if kept(c)]
-    if len(changes) == len(batch.changes) and len(appends) == len(batch.appends):
-        return batch
-    log.info(
-        "table %s: %d changes older than its last truncate left out",
-        ".".join(batch.table),
-        len(batch.changes) - len(changes) + len(batch.appends) - len(appends),
-    )
-    return replace(batch, changes=changes, appends=appends)
-
-
-def _truncate_sql(tid: str, truncate_seq: str | None) -> str:
-    """The delete of a truncate: every row older than it. A row a later change wrote, read in an
-    earlier micro-batch from another partition, stays. Only source sequences order across
-    partitions: a truncate without one removes every row, as do rows without one.
-
-    >>> _truncate_sql("t", "s0009")
-    "DELETE FROM t WHERE NOT (`__cdc_seq` LIKE 's%' AND `__cdc_seq` > 's0009')"
-    >>> _truncate_sql("t", "k0001:00000000000000000004")
-    'DELETE FROM t'
-    """
-    if truncate_seq is None or not _orders_globally(truncate_seq):
-        return f"DELETE FROM {tid}"
-    seq = quote(SEQ_COLUMN)
-    return f"DELETE FROM {tid} WHERE NOT ({seq} LIKE 's%' AND {seq} > {_sql_string(truncate_seq)})"
-
-
-def _not_deleted_sql(source: str, deleted_keys: str, table: str) -> str:
-    """The rows of ``source`` without the changes that a remembered delete supersedes: a change
-    that is not a delete, of a key of ``table`` deleted at a sequence at least its own. The
-    memory is first cut down to the table and the batch's keys (a semi join that broadcasts
-    them), so its scan is not shuffled however many keys it remembers."""
-    op, seq, key = quote(OP_COLUMN), quote(SEQ_COLUMN), quote(KEY_COLUMN)
-    return (
-        f"WITH b AS (SELECT DISTINCT {key} FROM {source} WHERE {op} <> {_DELETE}), "
-        f"d AS (SELECT /*+ BROADCAST(b) */ m.{key}, max(m.{seq}) AS {quote(DELETED_SEQ)} "
-        f"FROM {deleted_keys} m LEFT SEMI JOIN b ON m.{key} = b.{key} "
-        f"WHERE m.{quote(TABLE_COLUMN)} = {_sql_string(table)} GROUP BY m.{key}) "
-        f"SELECT s.* FROM {source} s LEFT ANTI JOIN d ON s.{key} = d.{key} "
-        f"AND s.{op} <> {_DELETE} AND d.{quote(DELETED_SEQ)} >= s.{seq}"
-    )
-
-
 def _stagger(name: str, every: int) -> int:
     """A stable offset in ``[0, every)`` for ``name`` (not Python's salted ``hash``).
 
@@ -1419,7 +816,3 @@ def _fold(newest: dict[str, str], seqs: Any) -> None:
         cls = seq_class(seq)
         if seq > newest.get(cls, ""):
             newest[cls] = seq
-
-
-def _older_than(seconds: int) -> str:
-    return (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=seconds)).strftime("%Y-%m-%d %H:%M:%S")

@@ -12,7 +12,9 @@ from typing import Any
 import orjson
 
 from sink.config import SinkConfig
-from sink.iceberg import SEQ_COLUMN, TS_COLUMN, build_spark, quote
+from sink.iceberg import SEQ_COLUMN, TS_COLUMN
+from sink.spark_session import build_spark
+from sink.sql import quote
 from transforms.errors import CdcnormError
 
 __all__ = ["CatalogUnreadable", "list_tables", "read_tables"]

@@ -4,7 +4,7 @@ A table comes due for maintenance every ``maintenance.every_batches`` commits to
 (:meth:`sink.iceberg.IcebergTables.maintenance_due`); the micro-batch loop queues it here, and one
 background thread maintains the queued tables one at a time (compaction, folding delete files in,
 snapshot expiry: :meth:`~sink.iceberg.IcebergTables.maintain`; the deleted-keys table:
-:meth:`~sink.iceberg.IcebergTables.expire_deleted_keys`), its Spark jobs in a FAIR pool of their
+:meth:`~sink.deleted_keys.DeletedKeys.expire`), its Spark jobs in a FAIR pool of their
 own. Maintenance costs seconds per table, a row delta tens of milliseconds: run inline, a database
 of tables would stall the sink's freshness whenever tables come due.
 
@@ -108,7 +108,7 @@ class Maintenance:
             started = time.monotonic()
             try:
                 if table == DELETED_KEYS:
-                    self.tables.expire_deleted_keys()
+                    self.tables.deleted_keys.expire()
                 else:
                     self.tables.maintain(table)
                 RUNS.labels("done").inc()

@@ -17,7 +17,9 @@ import random
 import re
 from dataclasses import dataclass
 
-__all__ = ["Backoff", "describe_failure", "failure_reason", "is_retried"]
+from transforms.errors import CdcnormError
+
+__all__ = ["Backoff", "TableWriteError", "describe_failure", "failure_reason", "is_retried"]
 
 # (reason, texts that identify it), first match wins: the file system's refusal before the commit
 # exception that may wrap it (a Hadoop-catalog commit wraps its I/O failures in CommitFailedException)
@@ -33,13 +35,21 @@ _DESCRIPTION_CHARS = 300
 _EXCEPTION_LINE = re.compile(r"^\s*(?:Caused by: )?([\w$.]+(?:Exception|Error)(?:: .*)?)$", re.MULTILINE)
 
 
+class TableWriteError(CdcnormError):
+    """Writing a table's batch failed in Spark, Iceberg or the file system (the cause is chained):
+    nothing of the batch is committed to that table; the sink tries the batch again
+    (:func:`is_retried`). Raised by :mod:`sink.iceberg` and :mod:`sink.deleted_keys`."""
+
+    def __init__(self, table: str, cause: BaseException) -> None:
+        super().__init__(f"writing table {table} failed: {type(cause).__name__}")
+        self.table = table
+
+
 def is_retried(exc: BaseException) -> bool:
     """Whether a failure of a micro-batch's writes gets another attempt: a failure of a table's
-    write (:class:`sink.iceberg.TableWriteError`), of Spark or Iceberg (py4j, pyspark), of the
+    write (:class:`TableWriteError`), of Spark or Iceberg (py4j, pyspark), of the
     file system, or of the Kafka offset commit. Programming errors (``TypeError``, ...) are not
     retried: they stop the sink."""
-    from sink.iceberg import TableWriteError
-
     retried: list[type[BaseException]] = [TableWriteError, OSError]
     try:
         from confluent_kafka import KafkaException

@@ -8,8 +8,8 @@ looks for records every ``poll_timeout_seconds``):
 2. **read job**: Spark tasks fetch the ranges and parse the records (:mod:`sink.source`); the
    changes stay cached in the executors, a summary per table comes back (:mod:`sink.tasks`);
 3. per table: read its offsets and newest sequences (once), check its owner, create or evolve it,
-   and choose how to write it: a **row delta** when every change is newer than what the table
-   holds, else a **MERGE** (:mod:`sink.iceberg`);
+   and choose how to write it (:mod:`sink.write_plan`): a **row delta** when every change is newer
+   than what the table holds, else a **MERGE** (:mod:`sink.iceberg`);
 4. **write job**: for the row-delta tables, Spark tasks compact the changes per key and write the
    Parquet data and equality-delete files; the driver commits each table in one snapshot tagged
    with its offsets (the MERGE tables' changes are collected and merged as before);
@@ -43,14 +43,15 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from sink.arrow import storage_options
 from sink.changes import SinkChange, TableBatch, compact
-from sink.config import SinkConfig, UpsertMode
+from sink.config import SinkConfig
 from sink.faults import crash_point
 from sink.health import SinkHealth
-from sink.iceberg import IcebergTables, IncompatibleSchemaError, build_spark, local_cores
+from sink.iceberg import IcebergTables, IncompatibleSchemaError
 from sink.maintenance import DELETED_KEYS, Maintenance
 from sink.plan import Partitions, driver_conf, subscription
 from sink.retry import Backoff, describe_failure, failure_reason, is_retried
 from sink.source import Range, TopicPartition, reader_conf, split_tasks
+from sink.spark_session import build_spark, local_cores
 from sink.tasks import (
     DeletedKeysFile,
     TableFiles,
@@ -61,11 +62,11 @@ from sink.tasks import (
     of_tables,
     read_partition,
     route,
-    seq_class,
     slot,
     write_partition,
     write_tables,
 )
+from sink.write_plan import WriteMethod, WritePlan
 from transforms.configfile import GroupProtocol
 
 __all__ = ["BatchReport", "MicroBatchSink", "RunSummary", "serve_metrics"]
@@ -223,36 +224,6 @@ def _merged(summaries: list[TaskSummary]) -> tuple[dict[Table, TableSummary], Ta
             else:
                 tables[table] = summary
     return tables, whole
-
-
-def merge_reason(summary: TableSummary, newest: dict[str, str], truncate: str | None, mode: UpsertMode) -> str | None:
-    """Why a table's micro-batch needs a MERGE, or ``None`` when a row delta applies it exactly:
-    every change is newer than anything the table was given (per sequence class: a source
-    sequence against every one; a partition/offset position against those of its partition,
-    and never past a source sequence, as the MERGE compares them), and none lacks columns,
-    truncates the table, or falls before a remembered truncate.
-
-    >>> s = TableSummary(("db", "t"), oldest={"s": "s0005"})
-    >>> merge_reason(s, {"s": "s0004"}, None, UpsertMode.ROW_DELTA) is None
-    True
-    >>> merge_reason(s, {"s": "s0005"}, None, UpsertMode.ROW_DELTA)
-    'a change not newer than the table (s0005 <= s0005): late or replayed'
-    """
-    if mode is UpsertMode.MERGE:
-        return "sink.upsert_mode is merge"
-    if summary.truncate_seq is not None:
-        return "a truncate"
-    if summary.partial:
-        return "a change without some columns (completed from the stored row)"
-    for cls, oldest in summary.oldest.items():
-        stored = newest.get(cls)
-        if stored is not None and oldest <= stored:
-            return f"a change not newer than the table ({oldest} <= {stored}): late or replayed"
-        if cls != "s" and "s" in newest:
-            return "a change without a source sequence in a table ordered by source sequences"
-        if truncate is not None and seq_class(truncate) == cls and oldest <= truncate:
-            return "a change older than the table's last truncate"
-    return None
 
 
 @dataclass
@@ -621,31 +592,31 @@ class MicroBatchSink:
         self._each_table(tables.check_owner, sorted(set(first_seen) | set(todo)))
         self._known.update(first_seen)
         started = time.monotonic()
+        planned: dict[Table, WritePlan] = {}  # how each table is written, and why (sink.write_plan)
         deltas: dict[Table, TablePlan] = {}
-        merges: dict[Table, str] = {}
+        merges: dict[Table, WritePlan] = {}
         for table, summary in todo.items():
             try:
                 tables.ensure_columns(table, tuple(summary.columns.values()), summary.key_columns)
             except IncompatibleSchemaError as exc:
                 self._pause(table, str(exc), summary, batch)
                 continue
-            reason = merge_reason(summary, tables.newest_sequences(table), tables.remembered_truncate(table),
-                                  self.config.upsert_mode)
-            if reason is None:
+            plan = planned[table] = tables.write_plan(table, summary)
+            if plan.row_delta:
                 location, schema = tables.plan_of(table)
                 deltas[table] = TablePlan(table, tables.iceberg_name(table), location, schema,
                                           tables.key_of(table), tables.applied_offsets(table))
             else:
-                merges[table] = reason
+                merges[table] = plan
         jobbed = time.monotonic()
         files = self._write_files(batch, deltas)
         report.files_seconds = time.monotonic() - jobbed
         for table, written in list(files.items()):
             if written.fallback is not None:
-                merges[table] = f"a value a Parquet file cannot hold here ({written.fallback})"
+                merges[table] = planned[table].fall_back(written.fallback)
                 del files[table]
-        for table, reason in merges.items():
-            log.info("table %s: MERGE (%s)", ".".join(table), reason)
+        for table, plan in merges.items():
+            log.info("table %s: MERGE (%s)", ".".join(table), plan.reason)
         written_merges = self._merge_tables(batch, merges, report)
         outcomes = self._commit_files(batch, files, report) + written_merges
         report.commit_seconds = time.monotonic() - started
@@ -661,7 +632,7 @@ class MicroBatchSink:
             return {}
         sc = self.spark.sparkContext
         sc.setJobDescription(f"cdcnorm write: {len(plans)} tables")
-        memory = self.tables.deleted_keys_plan() if any(batch.tables[t].changes for t in plans) else None
+        memory = self.tables.deleted_keys.plan() if any(batch.tables[t].changes for t in plans) else None
         now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
         storage = storage_options(self.config.catalog.properties)  # the executors' pyarrow: the catalog's S3 settings
         if all(len(batch.tasks_of.get(t, ())) <= 1 for t in plans):
@@ -687,7 +658,7 @@ class MicroBatchSink:
             results = (
                 batch.rdd.flatMap(functools.partial(route, slots)).partitionBy(n, slot).mapPartitions(write_slot).collect()
             )
-        self.tables.remember_deleted_keys([r for r in results if isinstance(r, DeletedKeysFile)])
+        self.tables.deleted_keys.remember([r for r in results if isinstance(r, DeletedKeysFile)])
         return {r.table: r for r in results if isinstance(r, TableFiles)}
 
     def _commit_files(self, batch: _Batch, files: dict[Table, TableFiles], report: BatchReport) -> list[Any]:
@@ -713,12 +684,12 @@ class MicroBatchSink:
             report.skipped_applied += written.skipped_applied
             if not outcome:
                 continue
-            TABLE_WRITES.labels("row-delta").inc()
+            TABLE_WRITES.labels(WriteMethod.ROW_DELTA.value).inc()
             report.row_deltas += 1
             self._account(report, table, batch.tables[table], {
                 "upserts": written.upserts, "deletes": written.deleted, "appends": written.appends, "truncates": 0,
             })
-        if tables.deleted_keys_maintenance_due():
+        if tables.deleted_keys.maintenance_due():
             self.maintenance.submit(DELETED_KEYS)
         return failures
 
@@ -731,7 +702,7 @@ class MicroBatchSink:
             offsets[key] = max(offsets.get(key, 0), last + 1)
         return offsets
 
-    def _merge_tables(self, batch: _Batch, merges: dict[Table, str], report: BatchReport) -> list[Any]:
+    def _merge_tables(self, batch: _Batch, merges: dict[Table, WritePlan], report: BatchReport) -> list[Any]:
         """The MERGE tables: their changes collected to the driver, compacted, merged (on the
         table pool); returns the failures."""
         tables = self.tables
@@ -763,7 +734,7 @@ class MicroBatchSink:
             elif isinstance(outcome, BaseException):
                 failures.append(outcome)
             else:
-                TABLE_WRITES.labels("merge").inc()
+                TABLE_WRITES.labels(WriteMethod.MERGE.value).inc()
                 report.merges += 1
                 self._account(report, table, batch.tables[table], outcome)
         return failures

@@ -295,7 +295,7 @@ def deleted_key_rows(table_id: str, deletes: Iterable[SinkChange], now: dt.datet
 def deleted_keys_file(deleted_keys: tuple[str, str], rows: list[dict[str, Any]],
                       storage: tuple[tuple[str, str], ...] = ()) -> DeletedKeysFile:
     """``rows`` (:func:`deleted_key_rows`) as a Parquet data file of the deleted-keys memory table
-    (its location and schema JSON), to commit with ``IcebergTables.remember_deleted_keys``."""
+    (its location and schema JSON), to commit with ``DeletedKeys.remember`` (:mod:`sink.deleted_keys`)."""
     from sink.arrow import arrow_schema, new_data_path, table_filesystem, to_arrow_table, write_parquet
 
     location, schema_json = deleted_keys

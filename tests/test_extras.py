@@ -110,7 +110,7 @@ def test_local_broker_without_the_local_extra(without: Callable[..., None]) -> N
 
 
 def test_iceberg_jar_without_the_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
-    from sink.iceberg import iceberg_jar
+    from sink.spark_session import iceberg_jar
 
     monkeypatch.setitem(sys.modules, "snowpark_connect_deps_iceberg", None)  # import fails: ModuleNotFoundError
     with pytest.raises(MissingExtraError, match=re.escape("pip install 'cdcnorm[sink]'")):

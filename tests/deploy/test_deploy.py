@@ -668,7 +668,7 @@ def test_sparkapplication_runs_the_sink_with_iceberg() -> None:
     from importlib.metadata import version
 
     from sink.config import SinkConfig
-    from sink.iceberg import spark_conf
+    from sink.spark_session import spark_conf
 
     docs = render("overlays/production")
     app = one(docs, "SparkApplication", "cdcnorm-sink")

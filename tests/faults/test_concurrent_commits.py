@@ -52,7 +52,8 @@ CHUNKS = 16
 _MAINTENANCE = """
 import sys, time, pathlib
 from sink.main import load_sink_config
-from sink.iceberg import IcebergTables, build_spark
+from sink.iceberg import IcebergTables
+from sink.spark_session import build_spark
 config, _ = load_sink_config(sys.argv[1])
 stop = pathlib.Path(sys.argv[2])
 tables = IcebergTables(build_spark(config), config)

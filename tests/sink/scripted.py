@@ -17,6 +17,7 @@ import sink.iceberg as ice
 from service.local import LocalBroker, create_topics
 from sink.config import SinkConfig
 from sink.runner import MicroBatchSink
+from sink.spark_session import build_spark
 from tests.brokers import start_test_broker
 from tests.catalogs import start_test_catalog
 from tests.sink.history import History
@@ -88,7 +89,7 @@ def scripted_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     catalog = start_test_catalog(tmp_path_factory.mktemp("catalog"))
     _SESSION_CATALOG.clear()
     _SESSION_CATALOG.update(catalog.section("dk"))
-    session = ice.build_spark(scripted_config())
+    session = build_spark(scripted_config())
     try:
         yield session
     finally:

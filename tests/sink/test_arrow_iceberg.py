@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import sink.iceberg as ice
+import sink.merge as merge
 from sink.arrow import (
     WrittenFile,
     arrow_schema,
@@ -33,6 +34,8 @@ from sink.arrow import (
 from sink.changes import SinkChange
 from sink.config import SinkConfig
 from sink.datafiles import FileEntries, data_file, equality_delete_file, load_table, schema_json
+from sink.spark_session import build_spark
+from sink.sql import quote
 from tests.sink.test_iceberg_frame import COLUMNS, ROWS
 from transforms.envelope import Operation
 
@@ -93,7 +96,7 @@ class Lake:
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
     warehouse: Path = tmp_path_factory.mktemp("warehouse")
     config = SinkConfig.from_section({"topics": ["t"], "catalog": {"warehouse": str(warehouse)}})
-    spark = ice.build_spark(config)
+    spark = build_spark(config)
     assert config.catalog.name == CATALOG
     prefix = f"spark.sql.catalog.{URI_CATALOG}"
     spark.conf.set(prefix, "org.apache.iceberg.spark.SparkCatalog")
@@ -110,7 +113,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lake]:
 def _create(lake: Lake, name: str, columns: dict[str, str], key: tuple[str, ...] = (), catalog: str = CATALOG) -> str:
     """An Iceberg v2 table as the sink creates one: the data columns (the key NOT NULL), then the
     sequence and timestamp columns."""
-    defs = [f"{ice.quote(n)} {t}{' NOT NULL' if n in key else ''}" for n, t in columns.items()]
+    defs = [f"{quote(n)} {t}{' NOT NULL' if n in key else ''}" for n, t in columns.items()]
     tid = f"{catalog}.{NS}.{name}"
     lake.spark.sql(
         f"CREATE TABLE {tid} ({', '.join(defs)}, {SEQ} string, {TS} bigint) USING iceberg "
@@ -128,18 +131,18 @@ def _changes(rows: list[dict[str, Any]]) -> list[SinkChange]:
 
 def _spark_append(lake: Lake, tid: str, columns: dict[str, str], rows: list[dict[str, Any]], json: bool,
                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """Append the rows as the sink's Spark path does (``_frame``, then ``writeTo().append()``):
+    """Append the rows as the sink's Spark path does (``MergeWriter.frame``, then ``writeTo().append()``):
     from JSON text in the JVM (``json``) or from Python rows (its fallback)."""
     changes = _changes(rows)
     state = ice._TableState(dict(columns), ())
     if json:  # the rows are ones the JSON path carries
-        assert ice._json_documents(state.columns, changes, False) is not None
+        assert merge._json_documents(state.columns, changes, False) is not None
     with monkeypatch.context() as m:
         if not json:
-            m.setattr(ice, "_json_documents", lambda *_, **__: None)
-        frame = lake.tables._frame(state, changes, False)
+            m.setattr(merge, "_json_documents", lambda *_, **__: None)
+        frame = lake.tables.merger.frame(state, changes, False)
     # one file, as the fast path writes (the Python-rows frame has a partition per core)
-    frame.select(*[ice.quote(c) for c in [*columns, SEQ, TS]]).coalesce(1).writeTo(tid).append()
+    frame.select(*[quote(c) for c in [*columns, SEQ, TS]]).coalesce(1).writeTo(tid).append()
 
 
 def _arrow_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -173,7 +176,7 @@ def _exact(value: Any) -> Any:
 
 
 def _read(lake: Lake, tid: str, columns: list[str] | None = None) -> list[Any]:
-    cols = ", ".join(ice.quote(c) for c in columns) if columns else "*"
+    cols = ", ".join(quote(c) for c in columns) if columns else "*"
     rows = lake.spark.sql(f"SELECT {cols} FROM {tid} ORDER BY {SEQ}").collect()
     return [_exact(r.asDict(recursive=True)) for r in rows]
 

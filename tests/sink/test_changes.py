@@ -261,14 +261,14 @@ def test_wide_decimal_from_canal_reaches_the_sink_exactly() -> None:
 
 def test_a_batch_leaves_out_changes_older_than_the_last_truncate() -> None:
     from sink.changes import SinkChange, TableBatch
-    from sink.iceberg import _after_truncate
+    from sink.merge import after_truncate
 
     def change(seq: str, op: str = "u") -> SinkChange:
         return SinkChange(("db", "t"), Operation(op), (seq,), {"k": seq}, seq, None, (), ("k",), "t", 0, 0)
 
     batch = TableBatch(("db", "t"), changes=[change("s0003"), change("s0005"), change("s0002", "d"), change("k0001:5")],
                        appends=[change("s0001", "c")])
-    kept = _after_truncate(batch, "s0004")
+    kept = after_truncate(batch, "s0004")
     assert [c.seq for c in kept.changes] == ["s0005", "s0002", "k0001:5"]  # deletes and partition positions stay
     assert kept.appends == []
-    assert _after_truncate(batch, "k0000:00000000000000000009") is batch  # a position orders nothing across partitions
+    assert after_truncate(batch, "k0000:00000000000000000009") is batch  # a position orders nothing across partitions

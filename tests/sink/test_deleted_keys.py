@@ -69,7 +69,7 @@ def test_a_stale_change_of_a_deleted_row_does_not_bring_it_back(spark: Any, brok
     # in order: a row delta; the replays of the seq 5 update: a MERGE
     assert modes == [(1, 0), (0, 1), (1, 0), (0, 1)]
     # the delete (seq 7) of id 1 is remembered
-    side = spark.table(sink.tables.deleted_keys_id()).collect()
+    side = spark.table(sink.tables.deleted_keys.table_id()).collect()
     assert [(r["__cdc_table"], r["__cdc_key"], r["__cdc_seq"]) for r in side] == [("remembered.orders", "[1]", "s000000000007")]
     assert side[0]["__cdc_deleted_at"] is not None
     # the memory is not one of the sink's tables
@@ -91,7 +91,7 @@ def test_without_the_memory_the_stale_change_resurrects_the_row(spark: Any, brok
         broker.feed(history, i)
         sink.run_batch()
     assert _orders(spark, sink.tables.table_id(("shop", "orders"))) == {1: "updated", 2: "other"}
-    assert not sink.tables._exists(sink.tables.deleted_keys_id())
+    assert not sink.tables._exists(sink.tables.deleted_keys.table_id())
 
 
 def test_maintenance_forgets_deleted_keys_after_the_retention(spark: Any, broker: ScriptedBroker, tmp_path: Path) -> None:
@@ -101,12 +101,12 @@ def test_maintenance_forgets_deleted_keys_after_the_retention(spark: Any, broker
     assert sink.tables is not None
     broker.feed(history, 0)
     sink.run_batch()
-    side = sink.tables.deleted_keys_id()
-    sink.tables.expire_deleted_keys()  # within the retention: kept
+    side = sink.tables.deleted_keys.table_id()
+    sink.tables.deleted_keys.expire()  # within the retention: kept
     assert spark.table(side).count() == 1
     time.sleep(1.1)
     short = ice.IcebergTables(spark, config.model_copy(update={"deleted_keys_retention_seconds": 1}))
-    short.expire_deleted_keys()
+    short.deleted_keys.expire()
     assert spark.table(side).count() == 0
 
 

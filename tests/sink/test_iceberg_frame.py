@@ -15,8 +15,10 @@ from typing import Any
 import pytest
 
 import sink.iceberg as ice
+import sink.merge as merge
 from sink.changes import SinkChange
 from sink.config import SinkConfig
+from sink.spark_session import build_spark
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -66,7 +68,7 @@ ROWS: list[dict[str, Any]] = [
 def tables(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ice.IcebergTables]:
     warehouse: Path = tmp_path_factory.mktemp("warehouse")
     config = SinkConfig.from_section({"topics": ["t"], "catalog": {"warehouse": str(warehouse)}})
-    spark = ice.build_spark(config)
+    spark = build_spark(config)
     try:
         yield ice.IcebergTables(spark, config)
     finally:
@@ -85,11 +87,11 @@ def _changes(rows: list[dict[str, Any]]) -> list[SinkChange]:
 def _both(tables: ice.IcebergTables, columns: dict[str, str], changes: list[SinkChange], monkeypatch: pytest.MonkeyPatch,
           with_unavailable: bool = True) -> tuple[list[Any], list[Any]]:
     state = ice._TableState(dict(columns), ("i",))
-    assert ice._json_documents(state.columns, changes, with_unavailable) is not None
-    from_json = tables._frame(state, changes, with_unavailable).collect()
+    assert merge._json_documents(state.columns, changes, with_unavailable) is not None
+    from_json = tables.merger.frame(state, changes, with_unavailable).collect()
     with monkeypatch.context() as m:
-        m.setattr(ice, "_json_documents", lambda *_: None)
-        from_rows = tables._frame(state, changes, with_unavailable).collect()
+        m.setattr(merge, "_json_documents", lambda *_: None)
+        from_rows = tables.merger.frame(state, changes, with_unavailable).collect()
     return from_json, from_rows
 
 
@@ -105,9 +107,9 @@ def test_json_frame_equals_python_rows(tables: ice.IcebergTables, monkeypatch: p
 
 
 def test_frame_splits_into_chunks(tables: ice.IcebergTables, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ice, "_JSON_CHUNK_BYTES", 200)
+    monkeypatch.setattr(merge, "_JSON_CHUNK_BYTES", 200)
     changes = _changes([{"i": n, "s": f"row {n}", "dec2": Decimal(n) / 100} for n in range(50)])
-    docs = ice._json_documents({"i": "int", "s": "string", "dec2": "decimal(5,2)"}, changes, False)
+    docs = merge._json_documents({"i": "int", "s": "string", "dec2": "decimal(5,2)"}, changes, False)
     assert docs is not None and len(docs) > 5
     from_json, from_rows = _both(tables, {"i": "int", "s": "string", "dec2": "decimal(5,2)"}, changes, monkeypatch, False)
     assert from_json == from_rows and len(from_json) == 50
@@ -115,18 +117,18 @@ def test_frame_splits_into_chunks(tables: ice.IcebergTables, monkeypatch: pytest
 
 def test_values_json_cannot_carry_use_python_rows() -> None:
     changes = _changes([{"i": 1, "b": 2**70}])
-    assert ice._json_documents({"i": "int", "b": "bigint"}, changes, True) is None  # beyond 64 bits
+    assert merge._json_documents({"i": "int", "b": "bigint"}, changes, True) is None  # beyond 64 bits
     nested_float = {"i": "int", "st": "struct<`x`:float>"}
-    assert ice._json_documents(nested_float, _changes([{"i": 1, "st": {"x": 0.1}}]), True) is None
-    assert ice._json_documents({"i": "int", "f": "float"}, _changes([{"i": 1, "f": 1e300}]), True) is None
+    assert merge._json_documents(nested_float, _changes([{"i": 1, "st": {"x": 0.1}}]), True) is None
+    assert merge._json_documents({"i": "int", "f": "float"}, _changes([{"i": 1, "f": 1e300}]), True) is None
     # JSON has no NaN or infinity (orjson writes null): the rows path keeps them
     for value in (float("nan"), float("inf"), float("-inf")):
-        assert ice._json_documents({"i": "int", "d": "double"}, _changes([{"i": 1, "d": value}]), True) is None
-        assert ice._json_documents({"i": "int", "f": "float"}, _changes([{"i": 1, "f": value}]), True) is None
+        assert merge._json_documents({"i": "int", "d": "double"}, _changes([{"i": 1, "d": value}]), True) is None
+        assert merge._json_documents({"i": "int", "f": "float"}, _changes([{"i": 1, "f": value}]), True) is None
 
 
 def test_nan_and_infinities_are_stored_not_nulled(tables: ice.IcebergTables, monkeypatch: pytest.MonkeyPatch) -> None:
     rows = [{"i": 1, "d": float("nan"), "f": float("inf")}, {"i": 2, "d": float("-inf"), "f": float("nan")}]
     state = ice._TableState({"i": "int", "d": "double", "f": "float"}, ("i",))
-    got = [r.asDict() for r in tables._frame(state, _changes(rows), False).collect()]
+    got = [r.asDict() for r in tables.merger.frame(state, _changes(rows), False).collect()]
     assert [str(r["d"]) for r in got] == ["nan", "-inf"] and [str(r["f"]) for r in got] == ["inf", "nan"]

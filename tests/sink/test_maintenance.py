@@ -12,6 +12,14 @@ import pytest
 from sink.maintenance import DELETED_KEYS, Maintenance
 
 
+class DeletedKeys:
+    def __init__(self, done: list[str]) -> None:
+        self.done = done
+
+    def expire(self) -> None:
+        self.done.append("deleted-keys")
+
+
 class Tables:
     def __init__(self, seconds: float = 0.05, fail: frozenset[str] = frozenset(), gate: threading.Event | None = None) -> None:
         self.seconds = seconds
@@ -22,6 +30,7 @@ class Tables:
         self.running = 0
         self.most = 0
         self.lock = threading.Lock()
+        self.deleted_keys = DeletedKeys(self.done)
 
     def maintain(self, table: tuple[str, str]) -> None:
         with self.lock:
@@ -38,9 +47,6 @@ class Tables:
         finally:
             with self.lock:
                 self.running -= 1
-
-    def expire_deleted_keys(self) -> None:
-        self.done.append("deleted-keys")
 
 
 def test_due_tables_are_maintained_in_the_background_one_at_a_time() -> None:

@@ -46,9 +46,9 @@ def _merge(changes: list[SinkChange], monkeypatch: pytest.MonkeyPatch) -> tuple[
         calls.append(with_unavailable)
         return FakeFrame()
 
-    monkeypatch.setattr(tables, "_frame", frame)
+    monkeypatch.setattr(tables.merger, "frame", frame)
     counts: dict[str, int] = {}
-    tables._merge("`lake`.`db`.`t`", ice._TableState(dict(COLUMNS), ("id",)), changes, counts)
+    tables.merger.merge("`lake`.`db`.`t`", ice._TableState(dict(COLUMNS), ("id",)), changes, counts)
     assert counts == {"deletes": sum(c.op == "d" for c in changes), "upserts": sum(c.op != "d" for c in changes)}
     (statement,) = spark.statements
     return statement, calls
@@ -88,8 +88,8 @@ def _merge_with_deleted_keys(changes: list[SinkChange], monkeypatch: pytest.Monk
     spark.sql = lambda statement: spark.statements.append(statement) or FakeFrame()  # type: ignore[method-assign]
     tables = ice.IcebergTables(spark, SinkConfig.from_section({"topics": ["t"]}))  # type: ignore[arg-type]
     frames: list[dict[str, Any]] = []
-    monkeypatch.setattr(tables, "_frame", lambda *_, **kw: frames.append(kw) or FakeFrame())
-    tables._merge("`lake`.`db`.`t`", ice._TableState(dict(COLUMNS), ("id",)), changes, {}, deleted_keys="db.t")
+    monkeypatch.setattr(tables.merger, "frame", lambda *_, **kw: frames.append(kw) or FakeFrame())
+    tables.merger.merge("`lake`.`db`.`t`", ice._TableState(dict(COLUMNS), ("id",)), changes, {}, deleted_keys="db.t")
     assert frames == [{"with_unavailable": False, "with_key": True}]  # the source carries the key as text
     return spark.statements
 
@@ -114,11 +114,11 @@ def test_a_batch_of_deletes_only_needs_no_lookup(monkeypatch: pytest.MonkeyPatch
 
 def test_one_table_remembers_the_deleted_keys_of_every_table() -> None:
     tables = ice.IcebergTables(FakeSpark(), SinkConfig.from_section({"topics": ["t"]}))  # type: ignore[arg-type]
-    assert tables.deleted_keys_id() == "`lake`.`cdcnorm`.`deleted_keys`"
+    assert tables.deleted_keys.table_id() == "`lake`.`cdcnorm`.`deleted_keys`"
     assert tables.iceberg_name(("shop", "orders")) == "shop.orders"
     named = SinkConfig.from_section({"topics": ["t"], "deleted_keys_table": "meta.gone", "namespace": "lakehouse"})
     tables = ice.IcebergTables(FakeSpark(), named)  # type: ignore[arg-type]
-    assert tables.deleted_keys_id() == "`lake`.`meta`.`gone`"
+    assert tables.deleted_keys.table_id() == "`lake`.`meta`.`gone`"
     assert tables.iceberg_name(("shop", "orders")) == "lakehouse.orders"
 
 
@@ -128,17 +128,17 @@ def test_the_memory_is_consulted_only_for_changes_a_remembered_delete_can_supers
     """In an ordered stream every change is newer than the table's newest sequence (which counts
     its deletes): the MERGE then has no anti-join against the deleted keys."""
     tables = ice.IcebergTables(FakeSpark(), SinkConfig.from_section({"topics": ["t"]}))  # type: ignore[arg-type]
-    monkeypatch.setattr(tables, "_deleted_keys_exist", lambda: True)
+    monkeypatch.setattr(tables.deleted_keys, "exist", lambda: True)
     state = ice._TableState(dict(COLUMNS), ("id",), newest={"s": "s0005"})
-    assert not tables._may_be_superseded(state, [_change(6), _change(7)])
-    assert tables._may_be_superseded(state, [_change(5), _change(9)])  # seq 5: deleted at 5 is not older
-    assert tables._may_be_superseded(state, [_change(9), _change(3, "d"), _change(4)])  # the oldest is not the first
-    assert not tables._may_be_superseded(state, [_change(9), _change(3, "d")])  # an old delete alone needs no lookup
-    assert not tables._may_be_superseded(state, [_change(2, "d")])  # deletes only
+    assert not tables.deleted_keys.may_be_superseded(state, [_change(6), _change(7)])
+    assert tables.deleted_keys.may_be_superseded(state, [_change(5), _change(9)])  # seq 5: deleted at 5 is not older
+    assert tables.deleted_keys.may_be_superseded(state, [_change(9), _change(3, "d"), _change(4)])  # the oldest is not the first
+    assert not tables.deleted_keys.may_be_superseded(state, [_change(9), _change(3, "d")])  # an old delete alone needs no lookup
+    assert not tables.deleted_keys.may_be_superseded(state, [_change(2, "d")])  # deletes only
     state.newest = {}  # nothing given to the table yet
-    assert not tables._may_be_superseded(state, [_change(1)])
-    monkeypatch.setattr(tables, "_deleted_keys_exist", lambda: False)  # no memory (retention 0, or no delete yet)
-    assert not tables._may_be_superseded(ice._TableState(dict(COLUMNS), ("id",), newest={"s": "s0009"}), [_change(1)])
+    assert not tables.deleted_keys.may_be_superseded(state, [_change(1)])
+    monkeypatch.setattr(tables.deleted_keys, "exist", lambda: False)  # no memory (retention 0, or no delete yet)
+    assert not tables.deleted_keys.may_be_superseded(ice._TableState(dict(COLUMNS), ("id",), newest={"s": "s0009"}), [_change(1)])
 
 
 def test_maintenance_comes_due_once_per_cadence_at_a_different_commit_per_table(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,8 +8,7 @@ from confluent_kafka import KafkaError, KafkaException
 from pydantic import ValidationError
 
 from sink.config import SinkConfig
-from sink.iceberg import TableWriteError
-from sink.retry import Backoff, describe_failure, failure_reason, is_retried
+from sink.retry import Backoff, TableWriteError, describe_failure, failure_reason, is_retried
 
 
 def _refused() -> TableWriteError:

@@ -1,5 +1,5 @@
-"""The micro-batch loop without a broker or Spark: the trigger on a fake clock, run totals,
-how each table is written (row delta or MERGE), and the table pool."""
+"""The micro-batch loop without a broker or Spark: the trigger on a fake clock, run totals, and
+the table pool (how each table is written, row delta or MERGE: tests/sink/test_write_plan.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ import pytest
 
 import sink.runner as runner
 from sink.changes import TableBatch
-from sink.config import SinkConfig, UpsertMode
+from sink.config import SinkConfig
 from sink.iceberg import IncompatibleSchemaError
-from sink.runner import BatchReport, MicroBatchSink, _Batch, merge_reason
+from sink.runner import BatchReport, MicroBatchSink, _Batch
 from sink.source import Range
 from sink.tasks import TableFiles, TableSummary
+from sink.write_plan import WriteMethod, WritePlan
 
 INTERVAL = 5.0
 POLL_TIMEOUT = 1.0
@@ -149,49 +150,12 @@ def test_run_keeps_totals_and_a_bounded_number_of_reports(clock: FakeClock) -> N
 
 
 
-# -- how each table is written -------------------------------------------------------------------
-
-
-def _summary(**kw: Any) -> TableSummary:
-    return TableSummary(("db", "t"), **kw)
-
-
-ROW_DELTA = UpsertMode.ROW_DELTA
-
-
-def test_a_batch_newer_than_its_table_is_a_row_delta() -> None:
-    assert merge_reason(_summary(oldest={"s": "s0005"}), {"s": "s0004"}, None, ROW_DELTA) is None
-    assert merge_reason(_summary(oldest={"s": "s0005"}), {}, None, ROW_DELTA) is None  # a new table
-
-
-@pytest.mark.parametrize(("summary", "newest", "truncate", "why"), [
-    (_summary(oldest={"s": "s0005"}), {"s": "s0005"}, None, "late or replayed"),
-    (_summary(oldest={"s": "s0005"}, truncate_seq="s0006"), {}, None, "a truncate"),
-    (_summary(oldest={"s": "s0005"}, partial=True), {}, None, "without some columns"),
-    (_summary(oldest={"s": "s0005"}), {"s": "s0002"}, "s0007", "older than the table's last truncate"),
-    # positions order only within their partition, and never past a source sequence
-    (_summary(oldest={"k0001": "k0001:00000000000000000003"}), {"k0001": "k0001:00000000000000000003"}, None,
-     "late or replayed"),
-    (_summary(oldest={"k0001": "k0001:00000000000000000003"}), {"s": "s0001"}, None, "without a source sequence"),
-])
-def test_late_partial_and_truncating_batches_take_a_merge(summary: TableSummary, newest: dict[str, str],
-                                                          truncate: str | None, why: str) -> None:
-    reason = merge_reason(summary, newest, truncate, ROW_DELTA)
-    assert reason is not None and why in reason
-
-
-def test_partitions_order_their_own_positions() -> None:
-    """A position of partition 2 is not compared with those of partition 1."""
-    summary = _summary(oldest={"k0002": "k0002:00000000000000000001"})
-    assert merge_reason(summary, {"k0001": "k0001:00000000000000000009"}, None, ROW_DELTA) is None
-
-
-def test_upsert_mode_merge_always_merges() -> None:
-    reason = merge_reason(_summary(oldest={"s": "s0005"}), {}, None, UpsertMode.MERGE)
-    assert reason == "sink.upsert_mode is merge"
-
-
 # -- the tables of a batch, committed from the table pool (sink.table_parallelism) ---------------
+
+
+class FakeDeletedKeys:
+    def maintenance_due(self) -> bool:
+        return False
 
 
 class FakeTables:
@@ -207,14 +171,12 @@ class FakeTables:
         self.in_flight = 0
         self.most = 0
         self.written: list[str] = []
+        self.deleted_keys = FakeDeletedKeys()
 
     def applied_offsets(self, table: tuple[str, str]) -> dict[str, int]:
         return {}
 
     def maintenance_due(self, table: tuple[str, str]) -> bool:
-        return False
-
-    def deleted_keys_maintenance_due(self) -> bool:
         return False
 
     def _work(self, name: str) -> None:
@@ -312,7 +274,7 @@ def test_an_incompatible_table_is_paused_and_the_others_are_merged(monkeypatch: 
     monkeypatch.setattr(runner, "compact", lambda _: {t: TableBatch(t) for t in batch.tables})
     sink.spark = Anything()
     report = BatchReport()
-    failures = sink._merge_tables(batch, dict.fromkeys(batch.tables, "a test"), report)
+    failures = sink._merge_tables(batch, dict.fromkeys(batch.tables, WritePlan(WriteMethod.MERGE, "a test")), report)
     sink.close()
     assert failures == [] and sorted(report.tables) == ["db.t0", "db.t1", "db.t3"] and report.merges == 3
     assert ("db", "t2") in sink._paused_tables

@@ -25,7 +25,7 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return out
 
 
-@pytest.mark.parametrize("name", ["changes.py", "iceberg.py", "runner.py"])
+@pytest.mark.parametrize("name", ["changes.py", "iceberg.py", "merge.py", "deleted_keys.py", "write_plan.py", "runner.py"])
 def test_canonical_records_are_read_through_the_envelope_module(name: str) -> None:
     tree = ast.parse((SINK / name).read_text(encoding="utf-8"))
     docs = _docstrings(tree)
