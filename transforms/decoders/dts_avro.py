@@ -57,18 +57,16 @@ rows of one binlog event).
 
 from __future__ import annotations
 
-import codecs
 import datetime as dt
 import io
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
 from functools import lru_cache
 from importlib.resources import files
-from typing import Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from typing import Any
 
 import orjson
 from fastavro import schemaless_reader
@@ -79,17 +77,33 @@ from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import (
     Decoder,
     Message,
-    check_decimal_params,
 )
 from transforms.decoders.cache import LruCache, TableCache
+from transforms.decoders.dts_avro_types import (
+    _HINTS_NAMESPACE,
+    _MICROS_FRACTION,
+    _MYSQL_FAMILY,
+    _NS,
+    _POSTGRES_TYPES,
+    _UNAMBIGUOUS_MYSQL,
+    Image,
+    _column_from_image,
+    _hint_body,
+    _kind,
+    _mysql_column,
+)
+from transforms.decoders.dts_avro_values import (
+    _cell_converters,
+    _CellConverter,
+    _codec,
+    _signature,
+    _split_srid,
+    _zone,
+)
 from transforms.decoders.fields import duplicate, parse_int
 from transforms.decoders.mysql_types import (
-    BigintUnsignedHandlingMode,
-    MySqlType,
-    mysql_column,
     wrap_unsigned_bigint,
 )
-from transforms.decoders.rowplan import NotFast, decimal_converter
 from transforms.envelope import (
     ChangeEvent,
     Event,
@@ -129,7 +143,6 @@ class DtsAvroOptions(FormatOptions):
 # ----------------------------------------------------------------------------- schema
 
 _SCHEMA_FILES = {DtsSchemaVersion.CURRENT: "dts_record.avsc", DtsSchemaVersion.V2019: "dts_record_2019.avsc"}
-_NS = "com.alibaba.dts.formats.avro."
 
 
 @dataclass(frozen=True)
@@ -164,495 +177,6 @@ def record_schema(version: DtsSchemaVersion) -> RecordSchema:
         for f in types[-1]["fields"]
     )
     return RecordSchema(version, record, fields)
-
-
-# ----------------------------------------------------------------------------- types
-
-_MYSQL_FAMILY = frozenset({"MySQL", "DRDS"})
-_MICROS_FRACTION = frozenset({"MySQL", "PostgreSQL"})
-
-
-
-def _mysql(spelled: str, args: tuple[int, ...] = (), unsigned: bool = False) -> tuple[ConnectType, str | None]:
-    """The Connect type and logical name of a MySQL type, by the mapping every MySQL-typed format
-    shares (``mysql_types``); BIGINT UNSIGNED in long mode, as DTS can only wrap it."""
-    col = mysql_column("", MySqlType(spelled.lower(), args, unsigned), BigintUnsignedHandlingMode.LONG)
-    assert col is not None, spelled
-    return col.type, col.logical
-
-
-# The record does not say whether an integer column is signed: each integer type number is typed as
-# the UNSIGNED type, whose Connect type holds the signed values too (TINYINT UNSIGNED int16,
-# SMALLINT UNSIGNED and MEDIUMINT UNSIGNED int32, INT UNSIGNED int64, BIGINT UNSIGNED int64 in
-# long mode, wrapping above 2^63-1). BIT's length is not in the record either: int64.
-_INT_TYPES = {
-    number: (spelled, _mysql(spelled, unsigned=True)[0])
-    for number, spelled in {1: "TINYINT", 2: "SMALLINT", 9: "MEDIUMINT", 3: "INT", 8: "BIGINT"}.items()
-}
-_INT_TYPES[16] = ("BIT", ConnectType.INT64)
-_TEXT_TYPES = {15: "VARCHAR", 253: "VARCHAR", 254: "CHAR"}
-_BLOB_TYPES = {249: "TINYBLOB", 250: "MEDIUMBLOB", 251: "LONGBLOB", 252: "BLOB"}
-# DATETIME: the fraction digits are not in the record, and the images carry microseconds
-_FIXED_TYPES: dict[int, tuple[str, ConnectType, str | None]] = {
-    number: (spelled, *_mysql(spelled, args))
-    for number, (spelled, args) in {
-        4: ("FLOAT", ()),
-        5: ("DOUBLE", ()),
-        7: ("TIMESTAMP", ()),
-        17: ("TIMESTAMP", ()),
-        10: ("DATE", ()),
-        14: ("DATE", ()),
-        11: ("TIME", ()),
-        19: ("TIME", ()),
-        12: ("DATETIME", (6,)),
-        18: ("DATETIME", (6,)),
-        13: ("YEAR", ()),
-        245: ("JSON", ()),
-    }.items()
-}
-# DTS knows no ENUM/SET values: no Debezium ``allowed`` parameter; NULL columns are strings
-_FIXED_TYPES.update(
-    {
-        6: ("NULL", ConnectType.STRING, None),
-        247: ("ENUM", ConnectType.STRING, Logical.ENUM),
-        248: ("SET", ConnectType.STRING, Logical.ENUM_SET),
-    }
-)
-_DECIMAL_TYPES = {0: "DECIMAL", 246: "DECIMAL"}
-_GEOMETRY = 255
-
-_POSTGRES_TYPES: dict[int, tuple[str, ConnectType, str | None]] = {
-    16: ("BOOL", ConnectType.BOOLEAN, None),
-    21: ("INT2", ConnectType.INT16, None),
-    23: ("INT4", ConnectType.INT32, None),
-    20: ("INT8", ConnectType.INT64, None),
-    700: ("FLOAT4", ConnectType.FLOAT32, None),
-    701: ("FLOAT8", ConnectType.FLOAT64, None),
-    25: ("TEXT", ConnectType.STRING, None),
-    1043: ("VARCHAR", ConnectType.STRING, None),
-    17: ("BYTEA", ConnectType.BYTES, None),
-    114: ("JSON", ConnectType.STRING, Logical.JSON),
-    3802: ("JSONB", ConnectType.STRING, Logical.JSON),
-    142: ("XML", ConnectType.STRING, Logical.XML),
-    2950: ("UUID", ConnectType.STRING, Logical.UUID),
-    1082: ("DATE", ConnectType.INT32, Logical.DATE),
-    1083: ("TIME", ConnectType.INT64, Logical.MICRO_TIME),
-    1114: ("TIMESTAMP", ConnectType.INT64, Logical.MICRO_TIMESTAMP),
-    1184: ("TIMESTAMPTZ", ConnectType.STRING, Logical.ZONED_TIMESTAMP),
-}
-"""PostgreSQL type OIDs (DTS writes them as ``dataTypeNumber`` for PostgreSQL sources)."""
-
-_UNAMBIGUOUS_MYSQL = frozenset({*_INT_TYPES, *_FIXED_TYPES})
-"""MySQL type numbers whose Connect type does not depend on the values (others need a sample)."""
-_HINTS_NAMESPACE = "dts-avro.type-hints"
-
-_GEOMETRY_FIELDS = (Column("wkb", ConnectType.BYTES, False), Column("srid", ConnectType.INT32, True))
-
-Image = tuple[str, Any] | None
-"""One value of an image as fastavro reads it: ``(kind, body)`` or ``None`` (Avro null)."""
-
-
-def _kind(value: Image) -> str | None:
-    return None if value is None else value[0].removeprefix(_NS)
-
-
-def _is_binary(kind: str | None, body: Any) -> bool:
-    if kind == "Character":
-        return str(body["charset"]).lower() == "binary"
-    return kind in ("BinaryObject", "BinaryGeometry")
-
-
-def _hint_body(kind: str, body: Any) -> dict[str, Any]:
-    """The part of a value that decides its column's type (stored as a type hint)."""
-    if kind == "Decimal":
-        return {"precision": body["precision"], "scale": body["scale"]}
-    if kind == "Character":
-        return {"charset": "binary" if _is_binary(kind, body) else "text"}
-    if kind == "TextObject":
-        return {"type": body["type"]}
-    if kind == "DateTime":
-        return {k: None if body[k] is None else 1 for k in ("year", "month", "hour")}
-    return {}
-
-
-def _geometry(name: str) -> Column:
-    return Column(
-        name, ConnectType.STRUCT, True, Logical.GEOMETRY, fields=_GEOMETRY_FIELDS, source_type="GEOMETRY"
-    )
-
-
-def _decimal(name: str, body: Any, source_type: str | None) -> Column:
-    """A decimal column; ValueError when the value's precision or scale is out of range."""
-    precision, scale = body["precision"], body["scale"]
-    if precision is None or precision <= 0 or scale is None:
-        return Column.decimal(name, None, None, source_type=source_type)
-    try:
-        check_decimal_params(precision, scale)
-    except ValueError as exc:
-        raise ValueError(f"column {name!r}: {exc}") from exc
-    return Column.decimal(name, precision, scale, source_type=source_type)
-
-
-def _column_from_image(name: str, kind: str | None, body: Any, source_type: str | None = None) -> Column:
-    """A column typed by the kind of value the record holds (non-MySQL sources, unknown numbers)."""
-    if kind == "Integer":
-        return Column(name, ConnectType.INT64, source_type=source_type)
-    if kind == "Decimal":
-        return _decimal(name, body, source_type)
-    if kind == "Float":
-        return Column(name, ConnectType.FLOAT64, source_type=source_type)
-    if kind in ("Timestamp", "TimestampWithTimeZone"):
-        return Column(name, ConnectType.STRING, logical=Logical.ZONED_TIMESTAMP, source_type=source_type)
-    if kind == "DateTime":
-        has_date = body["year"] is not None
-        has_time = body["hour"] is not None
-        if has_date and has_time:
-            return Column(name, ConnectType.INT64, logical=Logical.MICRO_TIMESTAMP, source_type=source_type)
-        if has_date and body["month"] is None:
-            return Column(name, ConnectType.INT32, logical=Logical.YEAR, source_type=source_type)
-        if has_date:
-            return Column(name, ConnectType.INT32, logical=Logical.DATE, source_type=source_type)
-        return Column(name, ConnectType.INT64, logical=Logical.MICRO_TIME, source_type=source_type)
-    if kind == "BinaryGeometry":
-        return _geometry(name)
-    if kind == "TextObject":
-        obj_type = str(body["type"]).upper()
-        if obj_type in ("JSON", "JSONB"):
-            return Column(name, ConnectType.STRING, logical=Logical.JSON, source_type=source_type)
-        if obj_type == "XML":
-            return Column(name, ConnectType.STRING, logical=Logical.XML, source_type=source_type)
-    if _is_binary(kind, body):
-        return Column(name, ConnectType.BYTES, source_type=source_type)
-    return Column(name, ConnectType.STRING, source_type=source_type)
-
-
-def _mysql_column(name: str, number: int, kind: str | None, body: Any) -> Column:
-    """A column typed by its MySQL type number, refined by a sample value (may be absent)."""
-    if number in _INT_TYPES:
-        source_type, ctype = _INT_TYPES[number]
-        return Column(name, ctype, source_type=source_type)
-    if number in _FIXED_TYPES:
-        source_type, ctype, logical = _FIXED_TYPES[number]
-        return Column(name, ctype, logical=logical, source_type=source_type)
-    if number in _DECIMAL_TYPES:
-        if kind == "Decimal":
-            return _decimal(name, body, "DECIMAL")
-        return Column.decimal(name, None, None, source_type="DECIMAL")
-    if number in _TEXT_TYPES:
-        binary = kind is not None and _is_binary(kind, body)
-        source_type = ("VARBINARY" if number != 254 else "BINARY") if binary else _TEXT_TYPES[number]
-        return Column(name, ConnectType.BYTES if binary else ConnectType.STRING, source_type=source_type)
-    if number in _BLOB_TYPES:
-        text = kind in ("Character", "TextObject") and not _is_binary(kind, body)
-        source_type = _BLOB_TYPES[number].replace("BLOB", "TEXT") if text else _BLOB_TYPES[number]
-        return Column(name, ConnectType.STRING if text else ConnectType.BYTES, source_type=source_type)
-    if number == _GEOMETRY:
-        if kind == "TextGeometry":
-            return Column(name, ConnectType.STRING, source_type="GEOMETRY")
-        return _geometry(name)
-    return _column_from_image(name, kind, body)
-
-
-# ----------------------------------------------------------------------------- values
-
-_MYSQL_CHARSETS = {
-    "utf8mb4": "utf-8",
-    "utf8mb3": "utf-8",
-    "utf8": "utf-8",
-    "latin1": "cp1252",
-    "latin2": "iso8859_2",
-    "latin5": "iso8859_9",
-    "latin7": "iso8859_13",
-    "ascii": "ascii",
-    "ucs2": "utf-16-be",
-    "utf16": "utf-16-be",
-    "utf16le": "utf-16-le",
-    "utf32": "utf-32-be",
-    "ujis": "euc_jp",
-    "eucjpms": "euc_jp",
-    "sjis": "shift_jis",
-    "euckr": "euc_kr",
-    "greek": "iso8859_7",
-    "hebrew": "iso8859_8",
-    "tis620": "tis_620",
-    "koi8r": "koi8_r",
-    "koi8u": "koi8_u",
-    "al32utf8": "utf-8",
-    "al16utf16": "utf-16-be",
-    "zhs16gbk": "gbk",
-    "zhs32gb18030": "gb18030",
-    "zht16big5": "big5",
-    "ja16sjis": "shift_jis",
-    "we8iso8859p1": "latin-1",
-    "we8mswin1252": "cp1252",
-    "us7ascii": "ascii",
-    "": "utf-8",
-}
-
-
-@lru_cache(maxsize=256)
-def _codec(charset: str) -> str | None:
-    """The Python text codec of a charset name; ``None`` for unknown names and for codecs that do
-    not decode bytes to text (``base64``, ``zlib``, ``rot13`` ...)."""
-    name = _MYSQL_CHARSETS.get(charset.lower(), charset)
-    try:
-        info = codecs.lookup(name)
-    except (LookupError, ValueError):  # ValueError: a name with NUL characters
-        return None
-    return info.name if getattr(info, "_is_text_encoding", True) else None
-
-
-_OFFSET_RE = re.compile(r"^(?:UTC|GMT)?\s*([+-])(\d{1,2})(?::?(\d{2}))?$")
-
-
-_ZONE_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_+\-/]{0,63}$")  # IANA names, e.g. America/Argentina/Buenos_Aires
-
-
-def _zone(text: str) -> dt.tzinfo | None:
-    text = text.strip()
-    if text in ("Z", "UTC", "GMT"):
-        return dt.UTC
-    m = _OFFSET_RE.match(text)
-    try:
-        if m:
-            sign = -1 if m.group(1) == "-" else 1
-            return dt.timezone(sign * dt.timedelta(hours=int(m.group(2)), minutes=int(m.group(3) or 0)))
-        if not _ZONE_NAME_RE.match(text):
-            return None
-        return ZoneInfo(text)
-    except (ZoneInfoNotFoundError, ValueError, OSError):  # offsets of a day or more, odd names
-        return None
-
-
-_WKB_MAX_DEPTH = 32
-
-
-def _wkb_end(raw: bytes, pos: int = 0, depth: int = 0) -> int | None:
-    """Where the WKB (ISO or EWKB) geometry starting at ``pos`` ends, or ``None`` if it is not WKB."""
-    if depth > _WKB_MAX_DEPTH or pos + 5 > len(raw) or raw[pos] not in (0, 1):
-        return None
-    order: Literal["little", "big"] = "little" if raw[pos] == 1 else "big"
-    gtype = int.from_bytes(raw[pos + 1 : pos + 5], order)
-    pos += 9 if gtype & 0x20000000 else 5  # EWKB: an SRID follows the type
-    base = gtype & 0x0FFFFFFF
-    dims = 2 + bool(gtype & 0x80000000) + bool(gtype & 0x40000000) + (0, 1, 1, 2)[min(base // 1000, 3)]
-    base %= 1000
-    point = 8 * dims
-
-    def count(at: int) -> int | None:
-        return int.from_bytes(raw[at : at + 4], order) if at + 4 <= len(raw) else None
-
-    if base == 1:
-        pos += point
-    elif base in (2, 3):
-        n = count(pos)
-        if n is None:
-            return None
-        pos += 4
-        if base == 2:
-            pos += n * point
-        else:
-            for _ in range(n):
-                points = count(pos)
-                if points is None or pos > len(raw):
-                    return None
-                pos += 4 + points * point
-    elif base in (4, 5, 6, 7):
-        n = count(pos)
-        if n is None or n > len(raw):
-            return None
-        pos += 4
-        for _ in range(n):
-            end = _wkb_end(raw, pos, depth + 1)
-            if end is None:
-                return None
-            pos = end
-    else:
-        return None
-    return pos if pos <= len(raw) else None
-
-
-def _split_srid(raw: bytes) -> tuple[bytes, int | None]:
-    """Pure WKB stays as it is; MySQL's internal form (4-byte little-endian SRID + WKB) is split."""
-    if _wkb_end(raw) != len(raw) and len(raw) >= 9 and _wkb_end(raw, 4) == len(raw):
-        return raw[4:], int.from_bytes(raw[:4], "little")
-    return raw, None
-
-
-# -- caches ----------------------------------------------------------------------------
-#
-# A record's columns follow from each field's name and type number and, for the fields whose number
-# leaves the type open, from the kind of value sampled for it and a few facts about that value
-# (decimal precision and scale, binary or text charset, ...): :func:`_sample_key` spells those
-# facts out, so the columns (and the table schema) are cached by them instead of being rebuilt
-# for every record. Rows are typed by a per-table plan: per column, a fast converter per kind of
-# Avro value, which returns exactly what :meth:`DtsAvroDecoder._value` would or raises, and then
-# ``_value`` runs (see :mod:`transforms.decoders.rowplan`).
-
-_ABSENT = object()
-"""A key a sample's body lacks (the column builders would fail on it: such a record is not cached)."""
-
-
-def _sample_key(kind: Any, body: Any) -> tuple[Any, ...] | None:
-    """What the column builders read of a sample value (kind and body), as a hashable key; None
-    for a sample that is not cached (a stored type hint of an unexpected shape)."""
-    if body is None:
-        return (kind,) if kind is None or type(kind) is str else None
-    if type(kind) is not str or type(body) is not dict:
-        return None
-    if kind == "Decimal":
-        precision, scale = body.get("precision", _ABSENT), body.get("scale", _ABSENT)
-        # typed: 10 and 10.0 (or True and 1) would give different columns
-        return kind, type(precision), precision, type(scale), scale
-    if kind == "Character":
-        charset = body.get("charset", _ABSENT)
-        return kind, charset if charset is _ABSENT else str(charset).lower() == "binary"
-    if kind == "TextObject":
-        obj_type = body.get("type", _ABSENT)
-        return kind, obj_type if obj_type is _ABSENT else str(obj_type).upper()
-    if kind == "DateTime":
-        parts = (body.get(k, _ABSENT) for k in ("year", "month", "hour"))
-        return kind, *(_ABSENT if v is _ABSENT else v is None for v in parts)
-    return (kind,)
-
-
-def _signature(
-    mode: int, parts: list[tuple[Any, ...]], open_fields: list[int], samples: list[tuple[str | None, Any]]
-) -> tuple[Any, ...] | None:
-    """What a record's columns are built from: the source family (``mode``), per field its name
-    and type number (``parts``) and, for the fields whose number leaves the type open, the sample's
-    :func:`_sample_key`. None when a sample is not cacheable."""
-    for i in open_fields:
-        sample = _sample_key(*samples[i])
-        if sample is None:
-            return None
-        parts[i] = (*parts[i], *sample)
-    signature = (mode, tuple(parts))
-    try:
-        hash(signature)
-    except TypeError:  # an unhashable precision or scale in a stored hint
-        return None
-    return signature
-
-
-_CellConverter = Callable[[Any], Any]
-"""The body of an Avro value → the typed value; raises (anything) to leave the cell to ``_value``."""
-
-
-def _empty(body: Any) -> Any:
-    return None if body == "NULL" else UNAVAILABLE
-
-
-def _int_cell(ctype: ConnectType) -> _CellConverter:
-    """``_integer`` then ``coerce`` of an in-range integer: the integer (BIGINT UNSIGNED wrapped)."""
-    bits = {ConnectType.INT16: 16, ConnectType.INT32: 32, ConnectType.INT64: 64}[ctype]
-    low, high, wrap = -(1 << (bits - 1)), 1 << (bits - 1), bits == 64
-
-    def convert(body: Any) -> int:
-        value = int(body["value"].strip())
-        if wrap:
-            value = wrap_unsigned_bigint(value)
-        if low <= value < high:
-            return value
-        raise NotFast
-
-    return convert
-
-
-def _text_cell(body: Any) -> str:
-    """A ``Character`` value of a text charset, decoded (a binary one goes the full way)."""
-    charset = body["charset"]
-    if charset.lower() == "binary":
-        raise NotFast
-    codec = _codec(charset)
-    if codec is None:
-        raise NotFast
-    return body["value"].decode(codec)
-
-
-def _same(kind: type) -> _CellConverter:
-    """A value whose body already holds the typed value (bytes in a bytes column, ...)."""
-
-    def convert(body: Any) -> Any:
-        value = body["value"]
-        if type(value) is kind:
-            return value
-        raise NotFast
-
-    return convert
-
-
-def _decimal_cell(body: Any) -> Decimal:
-    return decimal_converter(body["value"].strip())
-
-
-def _datetime_cell(fraction_per_second: int, logical: str) -> _CellConverter:
-    """``_datetime`` of a complete, non-zero date (a timestamp or a date) or of a time of day."""
-    if logical == Logical.MICRO_TIME:
-
-        def to_time(body: Any) -> dt.timedelta:
-            micros = (body["millis"] or 0) * 1_000_000 // fraction_per_second
-            return dt.timedelta(
-                hours=body["hour"] or 0,
-                minutes=body["minute"] or 0,
-                seconds=body["second"] or 0,
-                microseconds=micros,
-            )
-
-        return to_time
-    date_only = logical == Logical.DATE
-
-    def to_datetime(body: Any, zone: dt.tzinfo | None = None) -> dt.date:
-        year, month, day = body["year"], body["month"], body["day"]
-        if not (year and month and day):
-            raise NotFast  # missing or zero ("0000-00-00", NULL): the full path says which
-        if date_only:
-            return dt.date(year, month, day)
-        micros = (body["millis"] or 0) * 1_000_000 // fraction_per_second
-        hour, minute, second = body["hour"] or 0, body["minute"] or 0, body["second"] or 0
-        return dt.datetime(year, month, day, hour, minute, second, micros, zone)
-
-    if logical != Logical.ZONED_TIMESTAMP:
-        return to_datetime
-
-    def to_zoned(body: Any) -> dt.date:
-        zone = _zone(body["timezone"])
-        if zone is None:
-            raise NotFast
-        return to_datetime(body["value"], zone)
-
-    return to_zoned
-
-
-def _epoch_cell(body: Any) -> dt.datetime:
-    return dt.datetime.fromtimestamp(body["timestamp"], dt.UTC) + dt.timedelta(microseconds=body["millis"])
-
-
-_STRING_LOGICALS = frozenset({None, Logical.JSON, Logical.XML, Logical.UUID, Logical.ENUM, Logical.ENUM_SET})
-"""String columns whose coercion keeps a string as it is."""
-
-
-def _cell_converters(col: Column, fraction_per_second: int) -> dict[str, _CellConverter]:
-    """The fast converters of a column by Avro value kind (full record name), see the caches note."""
-    out: dict[str, _CellConverter] = {_NS + "EmptyObject": _empty}
-    ctype, logical = col.type, col.logical
-    if logical is None and ctype in (ConnectType.INT16, ConnectType.INT32, ConnectType.INT64):
-        out[_NS + "Integer"] = _int_cell(ctype)
-    elif ctype is ConnectType.STRING and logical in _STRING_LOGICALS:
-        out[_NS + "Character"] = _text_cell
-        out[_NS + "TextObject"] = _same(str)
-    elif logical is None and ctype is ConnectType.BYTES:
-        out[_NS + "Character"] = out[_NS + "BinaryObject"] = _same(bytes)
-    elif logical is None and ctype in (ConnectType.FLOAT64, ConnectType.FLOAT32):
-        out[_NS + "Float"] = _same(float)
-    elif col.is_decimal:
-        out[_NS + "Decimal"] = _decimal_cell
-    elif logical in (Logical.MICRO_TIMESTAMP, Logical.DATE, Logical.MICRO_TIME):
-        out[_NS + "DateTime"] = _datetime_cell(fraction_per_second, logical)
-    elif logical == Logical.ZONED_TIMESTAMP:
-        out[_NS + "TimestampWithTimeZone"] = _datetime_cell(fraction_per_second, logical)
-        out[_NS + "Timestamp"] = _epoch_cell
-    return out
 
 
 _RowPlan = tuple[tuple[str, Column, dict[str, _CellConverter]], ...]
