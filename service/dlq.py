@@ -224,7 +224,7 @@ def failure_stage(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, OversizedMessageError):
         return KAFKA_CONSUME, task or "service.app.Normalizer"
     if isinstance(exc, RecordTooLargeError):
-        return KAFKA_PRODUCE, task or "service.app.BatchProcessor"
+        return KAFKA_PRODUCE, task or "service.batches.BatchProcessor"
     if isinstance(exc, DecodeError):
         return VALUE_CONVERTER, task or _class_name(Decoder)
     if isinstance(exc, TransformError):

@@ -15,7 +15,7 @@ __all__ = ["HealthState", "health_report", "redis_ping"]
 
 
 class HealthState(Protocol):
-    """What the endpoints read (see :class:`service.app.WorkerState`)."""
+    """What the endpoints read (see :class:`service.worker_types.WorkerState`)."""
 
     started: bool
     joined: bool

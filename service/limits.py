@@ -8,7 +8,7 @@ delivery report). With librdkafka's ``batch.size`` (1000000 bytes) above a topic
 that fit the topic one by one are refused together, and under load all of them. So the worker's
 producer sizes its batches to the smallest limit of the topics it writes to
 (:class:`service.rdkafka.RdKafkaOutput`), and the worker sizes its dead letters to their DLQ
-topic's limit (:class:`service.app.BatchProcessor`); both ask :class:`TopicLimits`.
+topic's limit (:class:`service.batches.BatchProcessor`); both ask :class:`TopicLimits`.
 
 The limits are read with DescribeConfigs (the ``DESCRIBE_CONFIGS`` operation on the topics, and on
 the cluster for a topic that does not exist yet, whose limit will be the brokers'

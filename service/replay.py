@@ -255,8 +255,8 @@ class _Replayer:
         self.dry_run = dry_run
 
     def handle(self, msg: Any) -> tuple[ReplayResult, list[tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]]]]]:
-        from service.app import FatalMessageError
         from service.dlq import dead_letter
+        from service.worker_types import FatalMessageError
 
         raw_headers = _msg_headers(msg)
         headers = dict(raw_headers)
@@ -343,8 +343,8 @@ def replay_dead_letters(
     """
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
-    from service.app import output_message_bytes
     from service.rdkafka import producer_config
+    from service.worker_types import output_message_bytes
 
     run_id = uuid.uuid4().hex
     summary = ReplaySummary(dry_run)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.app import ServicePipeline
+from service.worker_types import ServicePipeline
 from transforms.decoders import Decoder, Message, create_decoder
 from transforms.envelope import (
     ChangeEvent,

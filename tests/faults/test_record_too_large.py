@@ -39,11 +39,13 @@ from typing import Any
 import pytest
 from faust.types import TP
 
-from service.app import BatchProcessor, Normalizer, WorkerState
+from service.app import Normalizer
+from service.batches import BatchProcessor
 from service.config import parse_config
 from service.limits import BATCH_HEADER_BYTES
 from service.local import create_topics
 from service.rdkafka import RdKafkaOutput, producer_config
+from service.worker_types import WorkerState
 from tests.faults.procs import (
     committed_offsets,
     dead_letter_line,

@@ -12,11 +12,12 @@ import pytest
 from aiokafka.structs import ConsumerRecord
 from faust.types import TP
 
-from service.app import FatalMessageError, Normalizer, create_app
+from service.app import Normalizer, create_app
 from service.config import parse_config
 from service.dlq import ERROR_CLASS, ERROR_OFFSET, ERROR_PARTITION, ERROR_TOPIC, FORMAT_HEADER
 from service.metrics import BulkHistogram
 from service.output import key_partition, murmur2, murmur2_many
+from service.worker_types import FatalMessageError
 from transforms.decoders import Message
 from transforms.errors import StateStoreError
 from transforms.metadata import InMemoryMetadataStore

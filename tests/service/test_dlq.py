@@ -217,7 +217,7 @@ def test_an_oversized_message_drops_headers_that_do_not_fit_the_prefix() -> None
 
 
 def test_an_oversized_message_stops_an_errors_fail_entry() -> None:
-    from service.app import FatalMessageError
+    from service.worker_types import FatalMessageError
 
     n = normalizer({"max_message_bytes": 1024, "oversized_prefix_bytes": 16}, errors="fail")
     runtime = n.runtime_for("src")
@@ -263,7 +263,7 @@ def test_a_bad_row_without_context_headers_still_names_its_row() -> None:
 
 
 def test_a_bad_row_under_errors_fail_stops_the_worker_before_any_row_is_emitted() -> None:
-    from service.app import FatalMessageError
+    from service.worker_types import FatalMessageError
 
     n = normalizer(errors="fail")
     runtime = n.runtime_for("src")

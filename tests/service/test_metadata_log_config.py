@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from service.app import WorkerState
 from service.config import parse_config
 from service.health import health_report
+from service.worker_types import WorkerState
 from transforms.errors import ConfigError
 
 TOPICS = [{"pattern": ".*", "format": "canal-json"}]

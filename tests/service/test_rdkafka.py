@@ -36,8 +36,8 @@ def test_producer_config_keeps_the_connection_settings_and_sets_delivery() -> No
 
 def test_producer_buffer_is_sized_from_worker_max_inflight_bytes() -> None:
     """The queue holds the in-flight bound plus two of the largest records, so one always fits."""
-    from service.app import output_message_bytes
     from service.config import WorkerConfig
+    from service.worker_types import output_message_bytes
 
     worker = WorkerConfig(max_inflight_bytes=1 << 20, max_message_bytes=4 << 20)
     conf = producer_config({}, output_message_bytes(worker), worker.max_inflight_bytes)

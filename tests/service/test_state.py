@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 
-from service.app import Normalizer, WorkerState, normalize_with_retry
+from service.app import Normalizer
+from service.batches import normalize_with_retry
 from service.config import parse_config
 from service.local import free_port
 from service.metrics import WorkerMetrics
 from service.state import RedisMetadataStore, RedisRowStateStore, redis_client
+from service.worker_types import WorkerState
 from transforms.decoders import Message
 from transforms.errors import StateStoreError
 from transforms.metadata import MetadataStore, RowStateStore
