@@ -60,6 +60,7 @@ from service.config import (
 )
 from service.converters import build_converter
 from service.dlq import (
+    LetterContext,
     OversizedMessageError,
     RecordTooLargeError,
     dead_letter,
@@ -170,9 +171,10 @@ class Normalizer:
             completion=completion,
             transactions=entry.transaction_metadata,
         )
-        return EntryRuntime(
-            index, entry, pipeline, entry.output_dlq_topic(self.config.topic_prefix), build_converter(entry.output)
-        )
+        worker = self.config.worker
+        letters = LetterContext(entry.output_dlq_topic(self.config.topic_prefix), entry.format, worker.app_id,
+                                worker.oversized_prefix_bytes, entry.dlq_context_headers)
+        return EntryRuntime(index, entry, pipeline, letters, build_converter(entry.output))
 
     def runtime_for(self, topic: str) -> EntryRuntime | None:
         """The entry that handles ``topic`` (first match), cached per topic name."""
@@ -216,9 +218,15 @@ class Normalizer:
 
     def _letter(self, message: Message, runtime: EntryRuntime, exc: Exception) -> Letter:
         """The dead letter of ``message`` for ``exc`` (of the whole message, or of one row when
-        ``exc.row`` is set), counted and logged; :class:`FatalMessageError` under ``errors: fail``."""
+        ``exc.row`` is set), counted and logged; :class:`FatalMessageError` under ``errors: fail``.
+
+        The one place the worker turns a failure into a dead letter: a decode or transform failure
+        (:meth:`process`), a record too large for the output, found before producing or refused by
+        the broker (:meth:`refuse`, from the batch's encoding and its acknowledgement), and an
+        oversized message all come here, written with the entry's :class:`~service.dlq.LetterContext`.
+        The acknowledger only re-forms a letter its DLQ topic refused
+        (:func:`service.dlq.smaller_dead_letters`, same context)."""
         fmt = runtime.format_id
-        worker = self.config.worker
         if runtime.entry.errors is ErrorPolicy.FAIL:
             raise FatalMessageError(
                 f"{type(exc).__name__} at {message.topic}[{message.partition}]@{message.offset} "
@@ -226,23 +234,14 @@ class Normalizer:
             ) from exc
         cap = self.letter_cap(runtime.dlq_topic)
         if isinstance(exc, OversizedMessageError):  # never decoded: a prefix, sizes and sha256
-            letter = oversized_dead_letter(
-                message, exc, worker.oversized_prefix_bytes, runtime.dlq_topic, fmt, worker.app_id
-            )
+            letter = oversized_dead_letter(message, exc, runtime.letters)
         elif isinstance(exc, RecordTooLargeError):  # the message, or its prefix when it is too large too
             exc.cap = min(exc.cap, cap)
-            letter = too_large_dead_letter(
-                message, exc, worker.oversized_prefix_bytes, runtime.dlq_topic, fmt, worker.app_id
-            )
+            letter = too_large_dead_letter(message, exc, runtime.letters)
         else:
-            letter = dead_letter(
-                message, exc, runtime.dlq_topic, fmt, worker.app_id,
-                context_headers=runtime.entry.dlq_context_headers,
-            )
+            letter = dead_letter(message, exc, runtime.letters)
             if letter_bytes(letter) > cap:  # too large for its DLQ topic: a prefix, sizes and sha256
-                letter = oversized_dead_letter(
-                    message, exc, worker.oversized_prefix_bytes, runtime.dlq_topic, fmt, worker.app_id, limit=cap
-                )
+                letter = oversized_dead_letter(message, exc, runtime.letters, limit=cap)
         self.metrics.dlq.labels(message.topic, fmt, type(exc).__name__).inc()
         error_class, field_name = type(exc).__name__, getattr(exc, "field", None)
         row = getattr(exc, "row", None)

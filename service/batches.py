@@ -434,7 +434,6 @@ class BatchProcessor:
         topic only. Kafka Connect's dead-letter reporter does the same (it logs a failed DLQ
         produce and counts it); stopping instead would stop the worker at the same message after
         every restart, until the DLQ topic's limit is raised."""
-        worker = self.normalizer.config.worker
         pending = {origin: entry[3] for origin, entry in letters.items()}
         smaller: dict[int, list[DeadLetter]] = {}
         resent: set[int] = set()
@@ -462,8 +461,7 @@ class BatchProcessor:
                     continue
                 if origin not in smaller:
                     smaller[origin] = smaller_dead_letters(
-                        message, exc, pending[origin], size - 1 if known is None else known,
-                        worker.oversized_prefix_bytes, runtime.format_id, worker.app_id,
+                        message, exc, pending[origin], size - 1 if known is None else known, runtime.letters
                     )
                 forms = smaller[origin]
                 while len(forms) > 1 and known is not None and letter_bytes(forms[0]) > known:

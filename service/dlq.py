@@ -43,7 +43,7 @@ DLQ topic takes that form too, and when the DLQ topic refuses even that, the sma
 (:func:`smaller_dead_letters`).
 
 >>> rec = dead_letter(Message(b"v", key=b"k", topic="t", partition=1, offset=7),
-...                   ValueError("boom"), "dlq", "canal-json", "worker", task="worker-host-1")
+...                   ValueError("boom"), LetterContext("dlq", "canal-json", "worker", task="worker-host-1"))
 >>> dict(rec.headers)["__connect.errors.offset"], dict(rec.headers)["__connect.errors.task.id"]
 (b'7', b'worker-host-1')
 """
@@ -54,7 +54,7 @@ import hashlib
 import os
 import socket
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from types import TracebackType
 
@@ -78,6 +78,7 @@ __all__ = [
     "OVERSIZED_HEADERS",
     "ROW_INDEX",
     "DeadLetter",
+    "LetterContext",
     "OversizedMessageError",
     "RecordTooLargeError",
     "dead_letter",
@@ -161,6 +162,28 @@ class DeadLetter:
     headers: tuple[tuple[str, bytes], ...]
 
 
+@dataclass(frozen=True, slots=True)
+class LetterContext:
+    """What every dead letter of a topic entry is written with, in one object instead of the same
+    parameters through every function here: the DLQ topic, the entry's format, the connector
+    (``worker.app_id``) and its task id (:func:`task_id` of it when ``None``), whether Connect's
+    context headers are added (the entry's ``dlq_context_headers``), and how many bytes of the
+    key and value a letter keeps of a message it cannot carry whole (``worker.oversized_prefix_bytes``)."""
+
+    dlq_topic: str
+    format_id: str
+    connector: str
+    prefix_bytes: int = 1024
+    context_headers: bool = True
+    task: str | None = None
+
+
+def _with_context(ctx: LetterContext) -> LetterContext:
+    """``ctx`` with Connect's context headers on: a letter that cannot carry its message whole
+    (too large, oversized) always says where the message stays, whatever the entry asks."""
+    return ctx if ctx.context_headers else replace(ctx, context_headers=True)
+
+
 def _class_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
@@ -232,34 +255,24 @@ def failure_stage(exc: BaseException) -> tuple[str, str]:
     return TASK_PUT, task or "service.app.Normalizer"
 
 
-def dead_letter(
-    message: Message,
-    exc: BaseException,
-    dlq_topic: str,
-    format_id: str,
-    connector: str,
-    *,
-    context_headers: bool = True,
-    task: str | None = None,
-    brief: bool = False,
-) -> DeadLetter:
+def dead_letter(message: Message, exc: BaseException, ctx: LetterContext, *, brief: bool = False) -> DeadLetter:
     """The DLQ record for ``message`` that failed with ``exc``.
 
-    ``connector`` is ``worker.app_id``; ``task`` defaults to :func:`task_id` of it. Without
-    ``context_headers`` the dead letter is the original record exactly (no ``__connect.errors.*``
+    Without ``ctx.context_headers`` the dead letter is the original record exactly (no ``__connect.errors.*``
     nor ``__cdcnorm.format`` header), as Connect writes it by default. ``brief`` leaves the stack
     trace empty and cuts the exception message to its first 500 characters. A failure of one row
     (a DecodeError whose ``row`` is set) adds :data:`ROW_INDEX` last, with or without context.
 
     >>> from transforms.errors import DecodeError
     >>> bad = DecodeError("canal-json", "data[7].id", "expected an integer, found 'A101'", row=7)
-    >>> dead_letter(Message(b"v", topic="t"), bad, "dlq", "canal-json", "w", context_headers=False).headers
+    >>> ctx = LetterContext("dlq", "canal-json", "w", context_headers=False)
+    >>> dead_letter(Message(b"v", topic="t"), bad, ctx).headers
     (('__cdcnorm.row.index', b'7'),)
     """
     row = getattr(exc, "row", None)
     rows: tuple[tuple[str, bytes], ...] = ((ROW_INDEX, str(row).encode()),) if type(row) is int else ()
-    if not context_headers:
-        return DeadLetter(dlq_topic, message.key, message.value, (*message.headers, *rows))
+    if not ctx.context_headers:
+        return DeadLetter(ctx.dlq_topic, message.key, message.value, (*message.headers, *rows))
     cls = type(exc)
     stage, executing = failure_stage(exc)
     trace = "" if brief else "".join(traceback.format_exception(exc))[-_MAX_TRACE:]
@@ -267,17 +280,17 @@ def dead_letter(
         (ERROR_TOPIC, message.topic.encode()),
         (ERROR_PARTITION, str(message.partition if message.partition is not None else -1).encode()),
         (ERROR_OFFSET, str(message.offset if message.offset is not None else -1).encode()),
-        (ERROR_CONNECTOR, connector.encode()),
-        (ERROR_TASK_ID, (task if task is not None else task_id(connector)).encode()),
+        (ERROR_CONNECTOR, ctx.connector.encode()),
+        (ERROR_TASK_ID, (ctx.task if ctx.task is not None else task_id(ctx.connector)).encode()),
         (ERROR_STAGE, stage.encode()),
         (ERROR_EXECUTING_CLASS, executing.encode()),
         (ERROR_CLASS, _class_name(cls).encode()),
         (ERROR_MESSAGE, str(exc)[:_BRIEF_MESSAGE if brief else _MAX_MESSAGE].encode("utf-8", "replace")),
         (ERROR_STACKTRACE, trace.encode("utf-8", "replace")),
-        (FORMAT_HEADER, format_id.encode()),
+        (FORMAT_HEADER, ctx.format_id.encode()),
         *rows,
     )
-    return DeadLetter(dlq_topic, message.key, message.value, (*message.headers, *context))
+    return DeadLetter(ctx.dlq_topic, message.key, message.value, (*message.headers, *context))
 
 
 class OversizedMessageError(CdcnormError):
@@ -332,16 +345,7 @@ def letter_bytes(letter: DeadLetter) -> int:
     return record_wire_bytes(letter.key, letter.value, letter.headers)
 
 
-def too_large_dead_letter(
-    message: Message,
-    exc: RecordTooLargeError,
-    prefix_bytes: int,
-    dlq_topic: str,
-    format_id: str,
-    connector: str,
-    *,
-    task: str | None = None,
-) -> DeadLetter:
+def too_large_dead_letter(message: Message, exc: RecordTooLargeError, ctx: LetterContext) -> DeadLetter:
     """The DLQ record for ``message`` whose normalized record was too large (``exc``).
 
     It is the message unchanged with Connect's context headers always (``dlq_context_headers:
@@ -351,15 +355,16 @@ def too_large_dead_letter(
     it too), it takes :func:`oversized_dead_letter`'s form instead: a prefix, sizes and sha256.
 
     >>> m = Message(b"v" * 100, key=b"k", topic="t", partition=0, offset=5)
-    >>> h = dict(too_large_dead_letter(m, RecordTooLargeError("o", 70_000, 65_536), 16, "dlq", "f", "w", task="w-1").headers)
+    >>> ctx = LetterContext("dlq", "f", "w", prefix_bytes=16, task="w-1")
+    >>> h = dict(too_large_dead_letter(m, RecordTooLargeError("o", 70_000, 65_536), ctx).headers)
     >>> h["__connect.errors.stage"], h["__cdcnorm.too_large.bytes"], h["__cdcnorm.too_large.limit"]
     (b'KAFKA_PRODUCE', b'70000', b'65536')
     """
     about = too_large_headers(exc)
-    letter = dead_letter(message, exc, dlq_topic, format_id, connector, context_headers=True, task=task)
+    letter = dead_letter(message, exc, _with_context(ctx))
     letter = DeadLetter(letter.topic, letter.key, letter.value, (*letter.headers, *about))
     if letter_bytes(letter) > exc.cap:
-        cut = oversized_dead_letter(message, exc, prefix_bytes, dlq_topic, format_id, connector, task=task)
+        cut = oversized_dead_letter(message, exc, ctx)
         letter = DeadLetter(cut.topic, cut.key, cut.value, (*cut.headers, *about))
     return letter
 
@@ -373,19 +378,11 @@ def too_large_headers(exc: RecordTooLargeError) -> tuple[tuple[str, bytes], ...]
 
 
 def smaller_dead_letters(
-    message: Message,
-    exc: BaseException,
-    refused: DeadLetter,
-    limit: int,
-    prefix_bytes: int,
-    format_id: str,
-    connector: str,
-    *,
-    task: str | None = None,
+    message: Message, exc: BaseException, refused: DeadLetter, limit: int, ctx: LetterContext
 ) -> list[DeadLetter]:
     """What to send, one after the other, when the DLQ topic refused ``refused`` (``message``'s
     dead letter for ``exc``) for its size: the :func:`oversized_dead_letter` form (a prefix of
-    ``prefix_bytes``, the sizes and sha256, the context headers) unless ``refused`` was already
+    ``ctx.prefix_bytes``, the sizes and sha256, the context headers) unless ``refused`` was already
     that small, then the smallest form: no prefix, no original headers, no stack trace, the
     exception message cut to 500 characters, the sizes and sha256 and the source coordinates
     (always). Each is smaller than the one before. ``limit`` goes to ``__cdcnorm.oversized.limit``
@@ -394,16 +391,17 @@ def smaller_dead_letters(
 
     >>> m = Message(b"x" * 5000, key=b"k", topic="t", partition=0, offset=3)
     >>> exc = RecordTooLargeError("out", 12_000, None, "MSG_SIZE_TOO_LARGE: Broker: Message size too large")
-    >>> full = too_large_dead_letter(m, exc, 16, "dlq", "f", "w", task="w-1")
+    >>> ctx = LetterContext("dlq", "f", "w", prefix_bytes=16, task="w-1")
+    >>> full = too_large_dead_letter(m, exc, ctx)
     >>> [(len(d.value or b""), letter_bytes(d) < letter_bytes(full)) for d in smaller_dead_letters(
-    ...     m, exc, full, letter_bytes(full) - 1, 16, "f", "w", task="w-1")]
+    ...     m, exc, full, letter_bytes(full) - 1, ctx)]
     [(16, True), (0, True)]
     """
     about = too_large_headers(exc) if isinstance(exc, RecordTooLargeError) else ()
     out: list[DeadLetter] = []
     size = letter_bytes(refused)
-    for prefix, brief in ((prefix_bytes, False), (0, True)):
-        cut = oversized_dead_letter(message, exc, prefix, refused.topic, format_id, connector, task=task,
+    for prefix, brief in ((ctx.prefix_bytes, False), (0, True)):
+        cut = oversized_dead_letter(message, exc, replace(ctx, dlq_topic=refused.topic, prefix_bytes=prefix),
                                     limit=limit, brief=brief)
         letter = DeadLetter(cut.topic, cut.key, cut.value, (*cut.headers, *about))
         smaller = letter_bytes(letter)
@@ -432,21 +430,12 @@ def message_bytes(message: Message) -> int:
 
 
 def oversized_dead_letter(
-    message: Message,
-    exc: BaseException,
-    prefix_bytes: int,
-    dlq_topic: str,
-    format_id: str,
-    connector: str,
-    *,
-    task: str | None = None,
-    limit: int | None = None,
-    brief: bool = False,
+    message: Message, exc: BaseException, ctx: LetterContext, *, limit: int | None = None, brief: bool = False
 ) -> DeadLetter:
     """The DLQ record for a message larger than ``worker.max_message_bytes``.
 
-    It cannot carry the message, so it carries: the first ``prefix_bytes`` of the key and of the
-    value; the original headers when they fit in ``prefix_bytes`` together (else none, and
+    It cannot carry the message, so it carries: the first ``ctx.prefix_bytes`` of the key and of the
+    value; the original headers when they fit in ``ctx.prefix_bytes`` together (else none, and
     ``__cdcnorm.oversized.headers.dropped`` says how many); Connect's context headers always
     (``dlq_context_headers: false`` included: the source topic, partition and offset are where
     the original stays); then ``__cdcnorm.oversized.*``: the total size, the limit, the prefix
@@ -458,10 +447,11 @@ def oversized_dead_letter(
     ``brief``: see :func:`dead_letter`.
 
     >>> letter = oversized_dead_letter(Message(b"x" * 3000, key=b"k", topic="t", partition=0, offset=9),
-    ...                                OversizedMessageError(3001, 2048), 4, "dlq", "canal-json", "w", task="w-1")
+    ...                                OversizedMessageError(3001, 2048), LetterContext("dlq", "canal-json", "w", 4))
     >>> letter.value, dict(letter.headers)["__cdcnorm.oversized.value.bytes"]
     (b'xxxx', b'3000')
     """
+    prefix_bytes = ctx.prefix_bytes
     value, key, headers = message.value, message.key, tuple(message.headers)
     kept_headers = headers if _headers_bytes(headers) <= prefix_bytes else ()
     cut = Message(
@@ -469,7 +459,7 @@ def oversized_dead_letter(
         None if key is None else key[:prefix_bytes],
         message.topic, message.partition, message.offset, message.timestamp_ms, kept_headers,
     )
-    letter = dead_letter(cut, exc, dlq_topic, format_id, connector, context_headers=True, task=task, brief=brief)
+    letter = dead_letter(cut, exc, _with_context(ctx), brief=brief)
     if isinstance(exc, OversizedMessageError):
         size, limit = exc.size, exc.limit if limit is None else limit
     else:

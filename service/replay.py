@@ -292,10 +292,7 @@ class _Replayer:
             raise ReplayError(f"the state store (Redis) is unavailable: {exc}") from exc
         except FatalMessageError as exc:  # errors: fail on the entry: a replay dead-letters it all the same
             cause = exc.__cause__ or exc
-            letter = dead_letter(
-                message, cause, runtime.dlq_topic, runtime.format_id, self.config.worker.app_id,
-                context_headers=runtime.entry.dlq_context_headers,
-            )
+            letter = dead_letter(message, cause, runtime.letters)
             dlq = (letter.topic, letter.key, letter.value, letter.headers)
         else:
             dlq = outcome.dlq

@@ -13,6 +13,7 @@ from service.config import (
     WorkerConfig,
 )
 from service.converters import RecordConverter
+from service.dlq import LetterContext
 from transforms.decoders import Decoder
 from transforms.envelope import EmitOptions, Event, OutRecord, TransactionEvent
 from transforms.errors import CdcnormError
@@ -148,8 +149,12 @@ class EntryRuntime:
     index: int
     entry: TopicEntry
     pipeline: ServicePipeline
-    dlq_topic: str
+    letters: LetterContext  # what its dead letters are written with: the DLQ topic first
     converter: RecordConverter | None = None  # the entry's output converters; None: JSON with schemas
+
+    @property
+    def dlq_topic(self) -> str:
+        return self.letters.dlq_topic
 
     @property
     def format_id(self) -> str:

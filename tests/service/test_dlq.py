@@ -30,6 +30,7 @@ from service.dlq import (
     OVERSIZED_BYTES,
     OVERSIZED_HEADERS,
     ROW_INDEX,
+    LetterContext,
     dead_letter,
     failure_stage,
     task_id,
@@ -146,18 +147,18 @@ def test_other_failures_are_the_task_stage(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_without_context_headers_the_dead_letter_is_the_original_record() -> None:
     message = Message(b"v", key=b"k", topic="t", partition=1, offset=7, headers=(("h", b"1"),))
-    letter = dead_letter(message, ValueError("boom"), "dlq", "canal-json", "app", context_headers=False)
+    letter = dead_letter(message, ValueError("boom"), LetterContext("dlq", "canal-json", "app", context_headers=False))
     assert (letter.topic, letter.key, letter.value, letter.headers) == ("dlq", b"k", b"v", (("h", b"1"),))
 
 
 def test_the_exception_message_header_is_capped_like_the_stack_trace() -> None:
     message = Message(b"v", key=b"k", topic="t", partition=1, offset=7)
     huge = ValueError("bad value " + "\u00e9" * 1_000_000)  # 2 MB once encoded: a quoted column value
-    headers = dict(dead_letter(message, huge, "dlq", "canal-json", "app", task="app-1").headers)
+    headers = dict(dead_letter(message, huge, LetterContext("dlq", "canal-json", "app", task="app-1")).headers)
     text = headers["__connect.errors.exception.message"].decode()
     assert len(text) == 8000 and text == str(huge)[:8000]
     assert len(headers["__connect.errors.exception.stacktrace"].decode()) == 8000
-    short = dict(dead_letter(message, ValueError("boom"), "dlq", "canal-json", "app", task="app-1").headers)
+    short = dict(dead_letter(message, ValueError("boom"), LetterContext("dlq", "canal-json", "app", task="app-1")).headers)
     assert short["__connect.errors.exception.message"] == b"boom"
 
 
@@ -165,7 +166,7 @@ def test_unraised_exceptions_and_unknown_positions() -> None:
     assert failure_stage(DecodeError("x", None, "bad")) == ("VALUE_CONVERTER", "transforms.decoders.base.Decoder")
     assert failure_stage(TransformError("mask", "bad")) == ("TRANSFORMATION", "transforms.smt.base.Transform")
     assert failure_stage(ValueError()) == ("TASK_PUT", "service.app.Normalizer")
-    h = dict(dead_letter(Message(b"v", topic="t"), ValueError(), "dlq", "f", "app").headers)
+    h = dict(dead_letter(Message(b"v", topic="t"), ValueError(), LetterContext("dlq", "f", "app")).headers)
     assert h[ERROR_PARTITION] == b"-1" and h[ERROR_OFFSET] == b"-1"
     assert h[ERROR_MESSAGE] == b""
     assert h[ERROR_TASK_ID] == task_id("app").encode() and task_id("app").startswith("app-")

@@ -23,6 +23,7 @@ from service.dlq import (
     ERROR_TOPIC,
     FORMAT_HEADER,
     ROW_INDEX,
+    LetterContext,
     dead_letter,
 )
 from service.local import create_topics
@@ -193,7 +194,7 @@ def _dead_letters(dlq: str) -> list[tuple[bytes | None, bytes | None, list[tuple
     topic the config no longer has, and a record without error headers."""
     def letter(value: bytes, topic: str, offset: int) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]:
         message = Message(value, b"key-%d" % offset, topic, 0, offset, None, (("trace-id", b"t%d" % offset),))
-        rec = dead_letter(message, DecodeError("maxwell-json", "data", "expected an object"), dlq, "maxwell-json", "g")
+        rec = dead_letter(message, DecodeError("maxwell-json", "data", "expected an object"), LetterContext(dlq, "maxwell-json", "g"))
         return rec.key, rec.value, list(rec.headers)
 
     return [letter(GOOD, "src", 10), letter(b'{"not json', "src", 11), letter(GOOD, "gone", 12),
