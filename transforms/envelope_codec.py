@@ -186,6 +186,10 @@ def _topic_base(opts: EmitOptions, table: TableSchema) -> str:
 class RequiredColumnError(DecodeError):
     """A change has no value for a column its schema declares required (NOT NULL)."""
 
+    # its public name, as imported (transforms.envelope re-exports it) and as dead letters name it
+    # (``__connect.errors.exception.class.name``), wherever the envelope's code is laid out
+    __module__ = "transforms.envelope"
+
     def __init__(self, table: str, column: str, absent: bool, kind: str = "column") -> None:
         what = "is absent from the change" if absent else "is null"
         super().__init__("emit", column, f"{kind} {column!r} of {table} {what}, but its Connect schema is not optional")

@@ -271,3 +271,12 @@ def test_a_bad_row_under_errors_fail_stops_the_worker_before_any_row_is_emitted(
     assert runtime is not None
     with pytest.raises(FatalMessageError):
         n.process(Message(NINE_ROWS_ONE_BAD, topic="src", partition=0, offset=1), runtime)
+
+
+def test_a_required_column_failure_names_the_envelopes_public_error_class() -> None:
+    """The emitter's own error is named as it is imported, transforms.envelope.RequiredColumnError,
+    whichever module of the envelope holds its code."""
+    from transforms.envelope import RequiredColumnError
+
+    letter = dead_letter(Message(b"v", topic="t"), RequiredColumnError("db.t", "id", True), LetterContext("dlq", "f", "app"))
+    assert dict(letter.headers)[ERROR_CLASS] == b"transforms.envelope.RequiredColumnError"
