@@ -360,7 +360,7 @@ def replay_dead_letters(
         if not assignment:
             failed = False
             return summary
-        committed = _committed(consumer, assignment, group, connect_timeout_s)
+        committed = committed_when_ready(consumer, assignment, group, connect_timeout_s)
         consumer.assign([TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
                          for tp in committed])
         replayer = _Replayer(config, normalizer if normalizer is not None else replay_normalizer(config, dry_run=dry_run),
@@ -452,7 +452,7 @@ def default_dlq_topics(config: PipelineConfig) -> list[str]:
 _COORDINATOR_NOT_READY = frozenset({"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"})
 
 
-def _committed(consumer: Any, assignment: list[Any], group: str, timeout_s: float) -> list[Any]:
+def committed_when_ready(consumer: Any, assignment: list[Any], group: str, timeout_s: float) -> list[Any]:
     """The group's committed offsets of ``assignment``. While the group's coordinator is not ready
     (a broker just started loads its offsets topic first; a coordinator moved), asked again until
     ``timeout_s``: librdkafka hands those errors back to ``committed()`` without retrying."""

@@ -26,6 +26,7 @@ import yaml
 
 from service.local import create_topics, wait_for
 from service.local_kafka import KafkaCluster
+from service.replay import committed_when_ready
 from tests.catalogs import TestCatalog
 from tests.service.harness import ROOT, WorkerProcess
 
@@ -129,7 +130,9 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        # as the tools read them: a coordinator not ready yet (a broker just resumed or restarted)
+        # is asked again, not taken for an answer
+        tps = committed_when_ready(consumer, [TopicPartition(topic, p) for p in range(partitions)], group, 60)
         return [tp.offset if tp.offset >= 0 else -1 for tp in tps]
     finally:
         consumer.close()
