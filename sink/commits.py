@@ -33,6 +33,8 @@ _SOURCE = "CdcnormCommits.java"
 
 
 class Commits(Protocol):
+    partitions: bool  # whether it commits partitioned data files (TableFiles.parts)
+
     def commit(self, table: tuple[str, str], jt: Any, files: TableFiles, key_ids: list[int], props: dict[str, str],
                validate_from: int | None) -> int:
         """Commit ``files`` to the Java table ``jt`` in one ``RowDelta`` snapshot carrying
@@ -48,15 +50,18 @@ class Commits(Protocol):
 class CompiledCommits:
     """The commit in one call to the compiled ``CdcnormCommits`` (see the module)."""
 
+    partitions = True
+
     def __init__(self, spark: Any) -> None:
         self._helper = _compiled_helper(spark)
 
     def commit(self, table: tuple[str, str], jt: Any, files: TableFiles, key_ids: list[int], props: dict[str, str],
                validate_from: int | None) -> int:
-        data, deletes = files.data, files.deletes
+        deletes = files.deletes
+        data = files.data_files()
         snapshot: int = self._helper.commit(
             jt,
-            None if data is None else data.path, 0 if data is None else data.size, None if data is None else data.footer,
+            [f.path for f, _ in data], [f.size for f, _ in data], [f.footer for f, _ in data], [p for _, p in data],
             None if deletes is None else deletes.path, 0 if deletes is None else deletes.size,
             None if deletes is None else deletes.footer,
             ",".join(map(str, key_ids)),
@@ -109,7 +114,9 @@ def _compiled_helper(spark: Any) -> Any:
 
 
 class Py4jCommits:
-    """The same commit, each step a py4j round trip (the fallback)."""
+    """The same commit, each step a py4j round trip (the fallback; unpartitioned tables only)."""
+
+    partitions = False
 
     def __init__(self, spark: Any) -> None:
         self._jvm = spark.sparkContext._jvm
@@ -123,6 +130,10 @@ class Py4jCommits:
         entries = self._entries.get(table)
         if entries is None or entries.table is not jt:
             entries = self._entries[table] = Entries(self._jvm, jt, gateway=self._gateway)
+        if files.parts:
+            # the compiled helper builds the partition tuples; without it a partitioned table is
+            # MERGEd (IcebergTables.write_plan), so this is a caller's mistake
+            raise ValueError(f"table {'.'.join(table)}: partitioned data files need the compiled commit helper")
         write = jt.newRowDelta()
         if files.deletes is not None:
             write = write.addDeletes(entries.equality_delete_file(files.deletes, key_ids))

@@ -39,6 +39,8 @@ from sink.faults import crash_point
 from sink.merge import MergeWriter, after_truncate, truncate_sql
 from sink.retry import TableWriteError
 from sink.sql import DISTRIBUTION_PROPERTIES, location_clause, older_than, quote, sql_string
+from sink.table_settings import DEFAULT_SETTINGS, TableSettings, settings_for
+from sink.table_shape import TableLayout, apply_shape, layout_of
 from sink.tasks import (
     OP_COLUMN,
     SEQ_COLUMN,
@@ -49,7 +51,7 @@ from sink.tasks import (
     seq_class,
 )
 from sink.types import ColumnSpec, widening
-from sink.write_plan import WritePlan, plan_write
+from sink.write_plan import WriteMethod, WritePlan, plan_write
 from transforms.errors import CdcnormError
 
 if TYPE_CHECKING:
@@ -132,6 +134,8 @@ class _TableState:
     location: str | None = None
     schema_json: str | None = None  # the Iceberg schema as JSON (after the last DDL)
     key_ids: list[int] = field(default_factory=list)  # the key's Iceberg field ids
+    shaped: bool = False  # sink.tables applied in this run (sink.table_shape)
+    layout: TableLayout | None = None  # its partition spec and write order (None: read again)
 
 
 class _JavaCallable:
@@ -309,6 +313,29 @@ class IcebergTables:
             state.schema_json = self.jvm.org.apache.iceberg.SchemaParser.toJson(jt.schema())
         return state.location, state.schema_json
 
+    def settings_of(self, table: tuple[str, str]) -> TableSettings:
+        """The table's ``sink.tables`` settings (by its source ``db.table``)."""
+        return settings_for(self.config.tables, table[0], table[1]) if self.config.tables else DEFAULT_SETTINGS
+
+    def layout(self, table: tuple[str, str]) -> TableLayout:
+        """The table's partition spec and write order as the write tasks need them (read once,
+        again after this sink changed them)."""
+        state = self._state[self.table_id(table)]
+        if state.layout is None:
+            state.layout = layout_of(self._java(table))
+        return state.layout
+
+    def _shape(self, table: tuple[str, str], tid: str, state: _TableState) -> None:
+        """Apply the table's ``sink.tables`` settings once per run (:mod:`sink.table_shape`)."""
+        settings = self.settings_of(table)
+        if settings is not DEFAULT_SETTINGS:
+            changed = apply_shape(self.jvm, self._java(table), settings, tid)
+            if changed:
+                log.info("table %s: %s (metadata only: existing files stay as they are)", tid, "; ".join(changed))
+                state.layout = None
+                state.schema_json = None
+        state.shaped = True
+
     # -- ownership ----------------------------------------------------------------------
 
     def check_owner(self, table: tuple[str, str]) -> None:
@@ -379,7 +406,8 @@ class IcebergTables:
         state = self._load_state(table)
         if state is None:
             self._create(table, tid, columns, key)
-            self._state[tid] = _TableState({c.name: c.sql_type for c in columns}, key, summary_loaded=True, newest={})
+            state = self._state[tid] = _TableState({c.name: c.sql_type for c in columns}, key, summary_loaded=True, newest={})
+            self._shape(table, tid, state)
             return tid
         changed = False
         for col in columns:
@@ -402,6 +430,9 @@ class IcebergTables:
                 changed = True
         if changed:
             state.schema_json = None  # read again for the write tasks
+            state.layout = None
+        if not state.shaped:
+            self._shape(table, tid, state)
         return tid
 
     def _create(self, table: tuple[str, str], tid: str, columns: tuple[ColumnSpec, ...], key: tuple[str, ...]) -> None:
@@ -431,6 +462,7 @@ class IcebergTables:
             "write.delete.granularity": "partition",
             KEY_PROPERTY: ",".join(key),
             **self.config.table_properties,
+            **self.settings_of(table).properties,
         }
         props_sql = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
         props_sql += f", '{OWNER_PROPERTY}'={sql_string(self.config.group_id)}"
@@ -668,7 +700,7 @@ class IcebergTables:
         from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException
 
-        if files.data is None and files.deletes is None:
+        if files.empty:
             return False
         tid = self.table_id(table)
         state = self._state[tid]
@@ -712,7 +744,14 @@ class IcebergTables:
         """How the table's micro-batch (``summary``: what the read tasks found of it) is written,
         row delta or MERGE, and why (:func:`sink.write_plan.plan_write`): against the table's
         newest sequences and its remembered truncate, under ``sink.upsert_mode``."""
-        return plan_write(summary, self.newest_sequences(table), self.remembered_truncate(table), self.config.upsert_mode)
+        plan = plan_write(summary, self.newest_sequences(table), self.remembered_truncate(table), self.config.upsert_mode)
+        if plan.row_delta and self.layout(table).partition:
+            if not self.layout(table).row_deltas:
+                return WritePlan(WriteMethod.MERGE, "a partitioned table without an unpartitioned spec (created "
+                                 "partitioned outside the sink) or partitioned by a nested column")
+            if not self.commits.partitions:
+                return WritePlan(WriteMethod.MERGE, "a partitioned table, and the compiled commit helper is not available")
+        return plan
 
     # -- maintenance --------------------------------------------------------------------
 

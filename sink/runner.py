@@ -52,6 +52,7 @@ from sink.plan import Partitions, driver_conf, subscription
 from sink.retry import Backoff, describe_failure, failure_reason, is_retried
 from sink.source import Range, TopicPartition, reader_conf, split_tasks
 from sink.spark_session import build_spark, local_cores
+from sink.table_shape import TableSettingsError
 from sink.tasks import (
     DeletedKeysFile,
     TableFiles,
@@ -598,14 +599,16 @@ class MicroBatchSink:
         for table, summary in todo.items():
             try:
                 tables.ensure_columns(table, tuple(summary.columns.values()), summary.key_columns)
-            except IncompatibleSchemaError as exc:
+            except (IncompatibleSchemaError, TableSettingsError) as exc:
                 self._pause(table, str(exc), summary, batch)
                 continue
             plan = planned[table] = tables.write_plan(table, summary)
             if plan.row_delta:
                 location, schema = tables.plan_of(table)
+                layout = tables.layout(table)
                 deltas[table] = TablePlan(table, tables.iceberg_name(table), location, schema,
-                                          tables.key_of(table), tables.applied_offsets(table))
+                                          tables.key_of(table), tables.applied_offsets(table),
+                                          layout.partition, layout.sort)
             else:
                 merges[table] = plan
         jobbed = time.monotonic()

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sink.changes import SinkChange, compact, key_text
+from sink.partitioning import PartitionField
 from sink.source import BadRecord, RangeRead, ReadTask, TopicPartition, parser_for, read_task
+from sink.table_settings import SortTerm
 from sink.types import ColumnSpec, widening
 from transforms.envelope import Operation
 
@@ -197,23 +199,37 @@ class TablePlan:
     schema_json: str
     key: tuple[str, ...]
     applied: dict[str, int]  # "topic:partition" -> next offset not in the table
+    # the table's current partition spec (empty: unpartitioned) and the column order its data
+    # files are written in (sink.table_settings)
+    partition: tuple[PartitionField, ...] = ()
+    sort: tuple[SortTerm, ...] = ()
 
 
 @dataclass(frozen=True)
 class TableFiles:
-    """What the write job wrote for one table: a data file (the rows to add), an equality-delete
-    file (the keys whose stored row goes: updated or deleted), the counts; or why it could not
-    (``fallback``: the driver MERGEs the table instead)."""
+    """What the write job wrote for one table: the data files (the rows to add: ``data`` for an
+    unpartitioned table, ``parts`` one per partition with its tuple as JSON for a partitioned
+    one), an equality-delete file (the keys whose stored row goes: updated or deleted), the
+    counts; or why it could not (``fallback``: the driver MERGEs the table instead)."""
 
     table: tuple[str, str]
     data: Any = None  # sink.arrow.WrittenFile
     deletes: Any = None  # sink.arrow.WrittenFile
+    parts: tuple[tuple[Any, str], ...] = ()  # (sink.arrow.WrittenFile, partition JSON)
     upserts: int = 0
     deleted: int = 0
     appends: int = 0
     unkeyed: int = 0
     skipped_applied: int = 0
     fallback: str | None = None
+
+    def data_files(self) -> list[tuple[Any, str | None]]:
+        """Every data file with its partition JSON (``None``: the table is unpartitioned)."""
+        return ([] if self.data is None else [(self.data, None)]) + list(self.parts)
+
+    @property
+    def empty(self) -> bool:
+        return self.data is None and not self.parts and self.deletes is None
 
 
 @dataclass(frozen=True)
@@ -265,23 +281,48 @@ def write_tables(
             if plan.key:
                 rows = [_data_row(c) for c in batch.changes if c.op is not Operation.DELETE]
                 keys = [dict(zip(plan.key, c.key or (), strict=True)) for c in batch.changes]
-                data = write_parquet(to_arrow_table(schema, rows), new_data_path(plan.location, "data"), filesystem=fs) if rows else None
+                data, parts = _write_rows(plan, schema, rows, fs)
                 key_schema = select(schema, plan.key)
                 dels = write_parquet(to_arrow_table(key_schema, keys), new_data_path(plan.location, "eq-deletes"), filesystem=fs) if keys else None
                 deletes = [c for c in batch.changes if c.op is Operation.DELETE]
                 remembered += deleted_key_rows(plan.table_id, deletes, now)
                 yield TableFiles(
-                    table, data, dels, upserts=len(rows), deleted=len(deletes), unkeyed=len(batch.appends),
+                    table, data, dels, parts, upserts=len(rows), deleted=len(deletes), unkeyed=len(batch.appends),
                     skipped_applied=skipped.get(table, 0),
                 )
             else:
                 rows = [_data_row(c, with_op=True) for c in batch.appends]
-                data = write_parquet(to_arrow_table(schema, rows), new_data_path(plan.location, "data"), filesystem=fs) if rows else None
-                yield TableFiles(table, data, appends=len(rows), skipped_applied=skipped.get(table, 0))
+                data, parts = _write_rows(plan, schema, rows, fs)
+                yield TableFiles(table, data, parts=parts, appends=len(rows), skipped_applied=skipped.get(table, 0))
         except Unrepresentable as exc:
             yield TableFiles(table, fallback=str(exc), skipped_applied=skipped.get(table, 0))
     if deleted_keys is not None and remembered:
         yield deleted_keys_file(deleted_keys, remembered, storage)
+
+
+def _write_rows(plan: TablePlan, schema: Any, rows: list[dict[str, Any]], fs: Any) -> tuple[Any, tuple[tuple[Any, str], ...]]:
+    """The data files of ``rows``: one file for an unpartitioned table (``(file, ())``), else one
+    per partition with its tuple (``(None, parts)``); each in the table's write order."""
+    from sink.arrow import new_data_path, to_arrow_table, write_parquet
+    from sink.partitioning import partition_json, partitioner
+
+    def write(part: list[dict[str, Any]]) -> Any:
+        table = to_arrow_table(schema, part)
+        if plan.sort:
+            placement = "at_start" if plan.sort[0].nulls_first else "at_end"
+            table = table.sort_by([(t.column, "descending" if t.descending else "ascending") for t in plan.sort],
+                                  null_placement=placement)
+        return write_parquet(table, new_data_path(plan.location, "data"), filesystem=fs)
+
+    if not rows:
+        return None, ()
+    if not plan.partition:
+        return write(rows), ()
+    of = partitioner(plan.partition)
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(of(row), []).append(row)
+    return None, tuple((write(part), partition_json(values)) for values, part in groups.items())
 
 
 def deleted_key_rows(table_id: str, deletes: Iterable[SinkChange], now: dt.datetime) -> list[dict[str, Any]]:

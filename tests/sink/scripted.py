@@ -50,6 +50,11 @@ class ScriptedBroker:
         assert self.producer.flush(10) == 0
         return len(records)
 
+    def close(self) -> None:
+        """Destroy the producer before its broker stops (else librdkafka logs every failed reconnect)."""
+        self.producer.flush(5)
+        del self.producer
+
     def commits(self, group: str) -> dict[tuple[str, int], int]:
         """The group's committed offsets of the partitions that have records (an empty
         partition's committed 0, or none, is left out)."""
@@ -107,6 +112,7 @@ def scripted_broker(tmp_path: Path) -> Iterator[ScriptedBroker]:
     finally:
         for sink in broker.sinks:
             sink.close()
+        broker.close()
         proc.stop()
 
 

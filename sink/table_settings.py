@@ -1,0 +1,227 @@
+"""Per-table settings (``sink.tables``): a table's partition spec, write order and Iceberg
+properties, chosen by glob patterns over the source's ``<db>.<table>``.
+
+The partition terms are written as Spark DDL writes them (``bucket(16, id)``, ``days(created_at)``,
+``truncate(4, sku)``, ``hours(ts)``, ``months(d)``, ``years(d)``, a plain column for identity) and
+the write order as ``column [ASC|DESC] [NULLS FIRST|LAST]``. Both are parsed here, so a typo stops
+``validate-config`` with the table pattern, the term and why, before a run.
+
+The most specific pattern wins: the one with the most characters that are not wildcards (``shop.orders``
+before ``shop.*`` before ``*``); among equally specific ones, the first in the file.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = ["PartitionTerm", "SortTerm", "TableSettings", "check_patterns", "parse_partition_term", "parse_sort_term",
+           "settings_for"]
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*|`(?:[^`]|``)+`"
+_ARG = rf"\s*({_IDENT})\s*"
+_NUM = r"\s*(\d+)\s*"
+_TIME_TRANSFORMS = {"years": "year", "year": "year", "months": "month", "month": "month",
+                    "days": "day", "day": "day", "date": "day", "hours": "hour", "hour": "hour", "date_hour": "hour"}
+
+
+def _name(token: str) -> str:
+    return token[1:-1].replace("``", "`") if token.startswith("`") else token
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionTerm:
+    """One partition field: Iceberg's transform (``identity``, ``bucket``, ``truncate``, ``year``,
+    ``month``, ``day``, ``hour``), its source column, and the bucket count or truncate width."""
+
+    transform: str
+    column: str
+    arg: int | None = None
+
+    @property
+    def iceberg(self) -> str:
+        """The transform as Iceberg prints it (``bucket[16]``, ``day``, ``identity``)."""
+        return f"{self.transform}[{self.arg}]" if self.arg is not None else self.transform
+
+    @property
+    def ddl(self) -> str:
+        """The term as Spark DDL writes it (``bucket(16, `id`)``)."""
+        col = "`" + self.column.replace("`", "``") + "`"
+        if self.transform == "identity":
+            return col
+        if self.arg is not None:
+            return f"{self.transform}({self.arg}, {col})"
+        return f"{self.transform}s({col})"
+
+    @property
+    def field_name(self) -> str:
+        """The partition field's name, as Iceberg names it by default (``id_bucket``, ``ts_day``)."""
+        if self.transform == "identity":
+            return self.column
+        return f"{self.column}_{'trunc' if self.transform == 'truncate' else self.transform}"
+
+
+@dataclass(frozen=True, slots=True)
+class SortTerm:
+    """One column of the write order."""
+
+    column: str
+    descending: bool = False
+    nulls_first: bool = True
+
+    @property
+    def text(self) -> str:
+        return f"{self.column} {'DESC' if self.descending else 'ASC'} NULLS {'FIRST' if self.nulls_first else 'LAST'}"
+
+
+def parse_partition_term(text: str) -> PartitionTerm:
+    """A Spark DDL partition term.
+
+    >>> parse_partition_term("bucket(16, id)"), parse_partition_term("days(created_at)").iceberg
+    (PartitionTerm(transform='bucket', column='id', arg=16), 'day')
+    >>> parse_partition_term("truncate(sku, 4)") == parse_partition_term("truncate(4, sku)")
+    True
+    >>> parse_partition_term("bucket(0, id)")
+    Traceback (most recent call last):
+    ...
+    ValueError: 'bucket(0, id)': the bucket count must be at least 1
+    """
+    s = text.strip()
+    if m := re.fullmatch(rf"(?:identity\s*\({_ARG}\)|({_IDENT}))", s, re.IGNORECASE):
+        return PartitionTerm("identity", _name(m.group(1) or m.group(2)))
+    if m := re.fullmatch(rf"(bucket|truncate)\s*\((?:{_NUM},{_ARG}|{_ARG},{_NUM})\)", s, re.IGNORECASE):
+        kind = m.group(1).lower()
+        arg = int(m.group(2) or m.group(5))
+        column = _name(m.group(3) or m.group(4))
+        if arg < 1:
+            raise ValueError(f"{text!r}: the {'bucket count' if kind == 'bucket' else 'width'} must be at least 1")
+        return PartitionTerm(kind, column, arg)
+    if m := re.fullmatch(rf"([A-Za-z_]+)\s*\({_ARG}\)", s):
+        kind = _TIME_TRANSFORMS.get(m.group(1).lower())
+        if kind is not None:
+            return PartitionTerm(kind, _name(m.group(2)))
+        raise ValueError(f"{text!r}: unknown transform {m.group(1)!r} (bucket, truncate, years, months, days, hours, "
+                         "identity)")
+    raise ValueError(f"{text!r} is not a partition term: write a column, bucket(N, col), truncate(W, col), "
+                     "years(col), months(col), days(col) or hours(col)")
+
+
+def parse_sort_term(text: str) -> SortTerm:
+    """A write-order term: ``column [ASC|DESC] [NULLS FIRST|LAST]`` (nulls first when ascending,
+    last when descending, as Iceberg's default).
+
+    >>> parse_sort_term("created_at desc")
+    SortTerm(column='created_at', descending=True, nulls_first=False)
+    """
+    m = re.fullmatch(rf"\s*({_IDENT})(?:\s+(ASC|DESC))?(?:\s+NULLS\s+(FIRST|LAST))?\s*", text, re.IGNORECASE)
+    if m is None:
+        raise ValueError(f"{text!r} is not a sort term: write `column [ASC|DESC] [NULLS FIRST|LAST]`")
+    descending = (m.group(2) or "asc").lower() == "desc"
+    nulls = m.group(3)
+    return SortTerm(_name(m.group(1)), descending, (not descending) if nulls is None else nulls.lower() == "first")
+
+
+class TableSettings(BaseModel):
+    """How the tables one pattern matches are shaped (``sink.tables.<pattern>``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    partition_by: tuple[str, ...] | None = Field(
+        None, description="Iceberg partition transforms as Spark DDL writes them: bucket(16, id), days(created_at), "
+                          "truncate(4, sku), a column for identity. [] : unpartitioned. Not set: an existing "
+                          "table's spec is left as it is (new tables are unpartitioned)."
+    )
+    sort_by: tuple[str, ...] | None = Field(
+        None, description="The table's write order: `column [ASC|DESC] [NULLS FIRST|LAST]`. [] : unsorted. Not set: "
+                          "an existing table's order is left as it is."
+    )
+    properties: dict[str, str] = Field(default_factory=dict, description="Iceberg table properties of these tables.")
+
+    @field_validator("partition_by")
+    @classmethod
+    def _partition_terms(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return value
+        problems = []
+        fields: set[tuple[str, str]] = set()
+        for term in value:
+            try:
+                parsed = parse_partition_term(term)
+            except ValueError as exc:
+                problems.append(str(exc))
+                continue
+            kind = "time" if parsed.transform in ("year", "month", "day", "hour") else parsed.transform
+            if (parsed.column, kind) in fields:
+                what = "time partition (years, months, days, hours)" if kind == "time" else f"{kind} partition"
+                problems.append(f"{term!r}: a second {what} of column {parsed.column} (Iceberg refuses redundant partitions)")
+            fields.add((parsed.column, kind))
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
+    @field_validator("sort_by")
+    @classmethod
+    def _sort_terms(cls, value: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if value is None:
+            return value
+        problems = []
+        for term in value:
+            try:
+                parse_sort_term(term)
+            except ValueError as exc:
+                problems.append(str(exc))
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
+    @property
+    def partition_terms(self) -> tuple[PartitionTerm, ...]:
+        return tuple(parse_partition_term(t) for t in self.partition_by or ())
+
+    @property
+    def sort_terms(self) -> tuple[SortTerm, ...]:
+        return tuple(parse_sort_term(t) for t in self.sort_by or ())
+
+
+DEFAULT_SETTINGS = TableSettings()
+
+
+def _specificity(pattern: str) -> int:
+    return sum(1 for c in pattern if c not in "*?[]")
+
+
+def check_patterns(tables: dict[str, TableSettings]) -> dict[str, TableSettings]:
+    """``sink.tables``' keys are globs over ``<db>.<table>``: a key with neither a dot nor a
+    ``*`` would match no table.
+
+    >>> check_patterns({"orders": TableSettings()})
+    Traceback (most recent call last):
+    ...
+    ValueError: 'orders' matches no table: the keys match <db>.<table> (as the source names it), e.g. shop.orders, *.orders, shop.*, *
+    """
+    for pattern in tables:
+        if "." not in pattern and "*" not in pattern:
+            raise ValueError(f"{pattern!r} matches no table: the keys match <db>.<table> (as the source names it), "
+                             "e.g. shop.orders, *.orders, shop.*, *")
+    return tables
+
+
+def settings_for(tables: dict[str, TableSettings], db: str, table: str) -> TableSettings:
+    """The settings of the source table ``db.table``: its most specific matching pattern's
+    (case-sensitive globs), else the defaults.
+
+    >>> t = {"*": TableSettings(sort_by=("a",)), "shop.*": TableSettings(partition_by=("bucket(4, id)",))}
+    >>> settings_for(t, "shop", "orders").partition_by, settings_for(t, "crm", "users").sort_by
+    (('bucket(4, id)',), ('a',))
+    """
+    name = f"{db}.{table}"
+    best: tuple[int, TableSettings] | None = None
+    for pattern, settings in tables.items():
+        if fnmatch.fnmatchcase(name, pattern):
+            score = _specificity(pattern)
+            if best is None or score > best[0]:
+                best = (score, settings)
+    return DEFAULT_SETTINGS if best is None else best[1]
