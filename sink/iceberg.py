@@ -39,9 +39,10 @@ from sink.faults import crash_point
 from sink.merge import MergeWriter, after_truncate, truncate_sql
 from sink.retry import TableWriteError
 from sink.sql import DISTRIBUTION_PROPERTIES, location_clause, older_than, quote, sql_string
-from sink.table_settings import DEFAULT_SETTINGS, TableSettings, settings_for
-from sink.table_shape import TableLayout, apply_shape, layout_of
+from sink.table_settings import DEFAULT_SETTINGS, TableMode, TableSettings, settings_for
+from sink.table_shape import TableLayout, TableSettingsError, apply_shape, layout_of
 from sink.tasks import (
+    CHANGELOG_COLUMNS,
     OP_COLUMN,
     SEQ_COLUMN,
     TABLE_COLUMN,
@@ -80,6 +81,8 @@ OWNER_PROPERTY = "cdcnorm.owner"
 # per sequence class (sink.tasks.seq_class), the newest sequence the table has been given (rows,
 # deletes, truncates): a batch whose changes are all newer can skip the MERGE's comparison
 NEWEST_PROPERTY = "cdcnorm.newest"
+# what the table holds (sink.table_settings.TableMode: upsert, changelog), set when it is created
+MODE_PROPERTY = "cdcnorm.mode"
 # the snapshot the commit's offsets and sequences were read from (its writer's view of the table):
 # the cdcnorm commits between it and this one, by another writer of the same group, are folded in
 # when the summary is read (_read_summary)
@@ -135,6 +138,7 @@ class _TableState:
     schema_json: str | None = None  # the Iceberg schema as JSON (after the last DDL)
     key_ids: list[int] = field(default_factory=list)  # the key's Iceberg field ids
     shaped: bool = False  # sink.tables applied in this run (sink.table_shape)
+    mode: TableMode = TableMode.UPSERT  # what it holds (MODE_PROPERTY)
     layout: TableLayout | None = None  # its partition spec and write order (None: read again)
 
 
@@ -277,11 +281,13 @@ class IcebergTables:
         cols: dict[str, str] = {}
         for field_ in jvm.org.apache.iceberg.spark.SparkSchemaUtil.convert(jt.schema()).fields():
             name = field_.name()
-            if name not in (SEQ_COLUMN, TS_COLUMN, OP_COLUMN):
+            if name not in CHANGELOG_COLUMNS:
                 cols[name] = field_.dataType().simpleString()
         key = tuple(k for k in (jt.properties().get(KEY_PROPERTY) or "").split(",") if k)
+        mode = TableMode(jt.properties().get(MODE_PROPERTY) or TableMode.UPSERT)
         return _TableState(
-            cols, key, location=jt.location(), schema_json=jvm.org.apache.iceberg.SchemaParser.toJson(jt.schema())
+            cols, key, location=jt.location(), schema_json=jvm.org.apache.iceberg.SchemaParser.toJson(jt.schema()),
+            mode=mode,
         )
 
     def _exists(self, tid: str) -> bool:
@@ -313,6 +319,10 @@ class IcebergTables:
             state.schema_json = self.jvm.org.apache.iceberg.SchemaParser.toJson(jt.schema())
         return state.location, state.schema_json
 
+    def mode_of(self, table: tuple[str, str]) -> TableMode:
+        """What the table holds (known once it exists: :meth:`ensure_columns`)."""
+        return self._state[self.table_id(table)].mode
+
     def settings_of(self, table: tuple[str, str]) -> TableSettings:
         """The table's ``sink.tables`` settings (by its source ``db.table``)."""
         return settings_for(self.config.tables, table[0], table[1]) if self.config.tables else DEFAULT_SETTINGS
@@ -328,6 +338,12 @@ class IcebergTables:
     def _shape(self, table: tuple[str, str], tid: str, state: _TableState) -> None:
         """Apply the table's ``sink.tables`` settings once per run (:mod:`sink.table_shape`)."""
         settings = self.settings_of(table)
+        if settings.mode is not state.mode:
+            raise TableSettingsError(
+                f"table {tid} holds mode {state.mode.value} (its {MODE_PROPERTY} property, set when it was created), "
+                f"sink.tables says {settings.mode.value}: a table's mode does not change; give the {settings.mode.value} "
+                "table its own name (a transform or topic prefix), or drop the table to have it created again"
+            )
         if settings is not DEFAULT_SETTINGS:
             changed = apply_shape(self.jvm, self._java(table), settings, tid)
             if changed:
@@ -405,8 +421,12 @@ class IcebergTables:
         tid = self.table_id(table)
         state = self._load_state(table)
         if state is None:
-            self._create(table, tid, columns, key)
-            state = self._state[tid] = _TableState({c.name: c.sql_type for c in columns}, key, summary_loaded=True, newest={})
+            mode = self.settings_of(table).mode
+            if mode is TableMode.CHANGELOG:
+                key = ()  # every change is a row of its own
+            self._create(table, tid, columns, key, mode)
+            state = self._state[tid] = _TableState({c.name: c.sql_type for c in columns}, key, summary_loaded=True,
+                                                   newest={}, mode=mode)
             self._shape(table, tid, state)
             return tid
         changed = False
@@ -435,22 +455,26 @@ class IcebergTables:
             self._shape(table, tid, state)
         return tid
 
-    def _create(self, table: tuple[str, str], tid: str, columns: tuple[ColumnSpec, ...], key: tuple[str, ...]) -> None:
+    def _create(self, table: tuple[str, str], tid: str, columns: tuple[ColumnSpec, ...], key: tuple[str, ...],
+                mode: TableMode) -> None:
         self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.namespace_id(table)}")
         defs = []
         for col in columns:
             not_null = " NOT NULL" if col.name in key else ""
             defs.append(f"{quote(col.name)} {col.sql_type}{not_null}")
-        defs.append(f"{quote(SEQ_COLUMN)} string")
-        defs.append(f"{quote(TS_COLUMN)} bigint")
-        if not key:
-            defs.append(f"{quote(OP_COLUMN)} string")
-        mode = self.config.write_mode.value
+        if mode is TableMode.CHANGELOG:
+            defs += [f"{quote(name)} {sql_type}" for name, sql_type in CHANGELOG_COLUMNS.items()]
+        else:
+            defs.append(f"{quote(SEQ_COLUMN)} string")
+            defs.append(f"{quote(TS_COLUMN)} bigint")
+            if not key:
+                defs.append(f"{quote(OP_COLUMN)} string")
+        row_level = self.config.write_mode.value
         props = {
             "format-version": "2",
-            "write.merge.mode": mode,
-            "write.update.mode": mode,
-            "write.delete.mode": mode,
+            "write.merge.mode": row_level,
+            "write.update.mode": row_level,
+            "write.delete.mode": row_level,
             # the tables are unpartitioned: no shuffle of the merged rows before writing them
             # (Iceberg's default clusters them by data file, one more exchange per MERGE)
             **dict.fromkeys(DISTRIBUTION_PROPERTIES, "none"),
@@ -461,6 +485,7 @@ class IcebergTables:
             # until maintenance (rewrite_data_files, rewrite_position_delete_files) folds them.
             "write.delete.granularity": "partition",
             KEY_PROPERTY: ",".join(key),
+            MODE_PROPERTY: mode.value,
             **self.config.table_properties,
             **self.settings_of(table).properties,
         }
@@ -474,7 +499,7 @@ class IcebergTables:
             # fields ("Cannot add fieldId 1 as an identifier field"); the key is then kept in
             # the cdcnorm.key-columns property only.
             self.spark.sql(f"ALTER TABLE {tid} SET IDENTIFIER FIELDS {', '.join(quote(k) for k in key)}")
-        log.info("created table %s key=%s mode=%s", tid, ",".join(key) or "-", mode)
+        log.info("created table %s key=%s mode=%s write_mode=%s", tid, ",".join(key) or "-", mode.value, props["write.merge.mode"])
 
     # -- offsets and sequences -------------------------------------------------------------
 
@@ -644,6 +669,15 @@ class IcebergTables:
             # offsets were read from: a commit since then is found here, and the batch read again
             raise TableWriteError(tid, ConcurrentCommitError(f"table {tid} changed since snapshot {state.snapshot_id}"))
         counts = {"upserts": 0, "deletes": 0, "appends": 0, "truncates": 0, "unkeyed": 0}
+        if state.mode is TableMode.CHANGELOG:
+            # every change a row (the batch's appends, uncompacted: sink.runner), through Spark
+            newest_log: dict[str, str] = {}
+            _fold(newest_log, [c.seq for c in batch.appends])
+            props = self._commit_properties(state, offsets, newest_log, None)
+            self._with_commit_properties(props, lambda: self.merger.append_changelog(tid, state, batch.appends))
+            self._committed(state, props, None, None)
+            counts["appends"] = len(batch.appends)
+            return counts
         truncated = self._truncate_watermark(state, batch.truncate_seq)
         newest: dict[str, str] = {}
         _fold(newest, [c.seq for c in (*batch.changes, *batch.appends)] + ([batch.truncate_seq] if batch.truncate_seq else []))
@@ -744,7 +778,10 @@ class IcebergTables:
         """How the table's micro-batch (``summary``: what the read tasks found of it) is written,
         row delta or MERGE, and why (:func:`sink.write_plan.plan_write`): against the table's
         newest sequences and its remembered truncate, under ``sink.upsert_mode``."""
-        plan = plan_write(summary, self.newest_sequences(table), self.remembered_truncate(table), self.config.upsert_mode)
+        if self.mode_of(table) is TableMode.CHANGELOG:
+            plan = WritePlan(WriteMethod.ROW_DELTA, "a changelog: every change appended")
+        else:
+            plan = plan_write(summary, self.newest_sequences(table), self.remembered_truncate(table), self.config.upsert_mode)
         if plan.row_delta and self.layout(table).partition:
             if not self.layout(table).row_deltas:
                 return WritePlan(WriteMethod.MERGE, "a partitioned table without an unpartitioned spec (created "

@@ -23,8 +23,21 @@ import orjson
 
 from sink.changes import SinkChange, TableBatch, key_text
 from sink.sql import quote, sql_string
-from sink.tasks import KEY_COLUMN, OP_COLUMN, SEQ_COLUMN, TABLE_COLUMN, TS_COLUMN
+from sink.tasks import (
+    CHANGELOG_COLUMNS,
+    COMMITTED_AT_COLUMN,
+    KEY_COLUMN,
+    OFFSET_COLUMN,
+    OP_COLUMN,
+    PARTITION_COLUMN,
+    SEQ_COLUMN,
+    TABLE_COLUMN,
+    TOPIC_COLUMN,
+    TS_COLUMN,
+)
 from transforms.envelope import Operation
+
+_POSITION = (TOPIC_COLUMN, PARTITION_COLUMN, OFFSET_COLUMN)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -52,10 +65,11 @@ class MergeWriter:
         self.spark = spark
         self._deleted_keys_id = deleted_keys_id
 
-    def frame(self, state: _TableState, changes: list[SinkChange], with_unavailable: bool, with_key: bool = False) -> Any:
+    def frame(self, state: _TableState, changes: list[SinkChange], with_unavailable: bool, with_key: bool = False,
+              with_position: bool = False) -> Any:
         """The MERGE source: the changes' rows with their op, sequence and timestamp; the
         columns each lacks (``with_unavailable``); the key as the deleted-keys memory writes it
-        (``with_key``)."""
+        (``with_key``); the topic, partition and offset each was read at (``with_position``)."""
         names = list(state.columns)
         cols_sql = [f"{quote(n)} {state.columns[n]}" for n in names]
         cols_sql += [f"{quote(OP_COLUMN)} string", f"{quote(SEQ_COLUMN)} string", f"{quote(TS_COLUMN)} bigint"]
@@ -64,8 +78,10 @@ class MergeWriter:
             cols_sql.append(f"{quote(FILLED_COLUMN)} map<string,string>")
         if with_key:
             cols_sql.append(f"{quote(KEY_COLUMN)} string")
+        if with_position:
+            cols_sql += [f"{quote(c)} {CHANGELOG_COLUMNS[c]}" for c in _POSITION]
         schema = ", ".join(cols_sql)
-        docs = _json_documents(state.columns, changes, with_unavailable, with_key)
+        docs = _json_documents(state.columns, changes, with_unavailable, with_key, with_position)
         if docs is not None:
             # Built in the JVM from JSON text: no Python worker processes, and a source the MERGE
             # can read more than once cheaply. FAILFAST: a value Spark cannot parse is an error,
@@ -94,6 +110,8 @@ class MergeWriter:
                 values.append(dict(ch.filled))
             if with_key:
                 values.append(key_text(ch.key))
+            if with_position:
+                values += [ch.topic, ch.partition, ch.offset]
             rows.append(values)
         return self.spark.createDataFrame(rows, schema=schema, verifySchema=False)
 
@@ -157,6 +175,15 @@ class MergeWriter:
         counts["deletes"] = sum(1 for c in changes if c.op == Operation.DELETE)
         counts["upserts"] = len(changes) - counts["deletes"]
 
+    def append_changelog(self, tid: str, state: _TableState, changes: list[SinkChange]) -> None:
+        """Append every change as a changelog row (:func:`sink.tasks.changelog_row`'s columns),
+        committed at this write's time."""
+        from pyspark.sql import functions as F
+
+        frame = self.frame(state, changes, with_unavailable=False, with_position=True)
+        frame = frame.withColumn(COMMITTED_AT_COLUMN, F.current_timestamp())
+        frame.select(*[quote(c) for c in (*state.columns, *CHANGELOG_COLUMNS)]).writeTo(tid).append()
+
     def append(self, tid: str, state: _TableState, changes: list[SinkChange]) -> None:
         frame = self.frame(state, changes, with_unavailable=False)
         cols = [*state.columns, SEQ_COLUMN, TS_COLUMN, OP_COLUMN]
@@ -196,7 +223,8 @@ def _float32(value: Any) -> Any:
 
 
 def _json_documents(
-    columns: dict[str, str], changes: list[SinkChange], with_unavailable: bool, with_key: bool = False
+    columns: dict[str, str], changes: list[SinkChange], with_unavailable: bool, with_key: bool = False,
+    with_position: bool = False,
 ) -> list[str] | None:
     """The rows of a source frame as JSON array texts of at most ~8 MB each, or ``None`` when a
     value cannot be carried exactly (then the frame is built from Python rows).
@@ -232,6 +260,8 @@ def _json_documents(
                 doc[FILLED_COLUMN] = ch.filled
             if with_key:
                 doc[KEY_COLUMN] = key_text(ch.key)
+            if with_position:
+                doc[TOPIC_COLUMN], doc[PARTITION_COLUMN], doc[OFFSET_COLUMN] = ch.topic, ch.partition, ch.offset
             text = dumps(doc, default=default)
             chunk.append(text)
             size += len(text) + 1

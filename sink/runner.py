@@ -52,6 +52,7 @@ from sink.plan import Partitions, driver_conf, subscription
 from sink.retry import Backoff, describe_failure, failure_reason, is_retried
 from sink.source import Range, TopicPartition, reader_conf, split_tasks
 from sink.spark_session import build_spark, local_cores
+from sink.table_settings import TableMode
 from sink.table_shape import TableSettingsError
 from sink.tasks import (
     DeletedKeysFile,
@@ -60,6 +61,7 @@ from sink.tasks import (
     TableSummary,
     TaskSummary,
     first_item,
+    in_source_order,
     of_tables,
     read_partition,
     route,
@@ -608,7 +610,8 @@ class MicroBatchSink:
                 layout = tables.layout(table)
                 deltas[table] = TablePlan(table, tables.iceberg_name(table), location, schema,
                                           tables.key_of(table), tables.applied_offsets(table),
-                                          layout.partition, layout.sort)
+                                          layout.partition, layout.sort,
+                                          tables.mode_of(table) is TableMode.CHANGELOG)
             else:
                 merges[table] = plan
         jobbed = time.monotonic()
@@ -720,7 +723,11 @@ class MicroBatchSink:
                 report.skipped_applied += 1
             else:
                 fresh.append(ch)
-        todo = [(t, b, self._offsets(t, batch.tables[t])) for t, b in compact(fresh).items()]
+        logs = {t for t in merges if tables.mode_of(t) is TableMode.CHANGELOG}  # every change a row: uncompacted
+        batches = compact(c for c in fresh if c.table not in logs)
+        for table in logs:
+            batches[table] = TableBatch(table, appends=in_source_order(c for c in fresh if c.table == table))
+        todo = [(t, b, self._offsets(t, batch.tables[t])) for t, b in batches.items()]
 
         def write(item: _Item) -> dict[str, int]:
             table, tbatch, offsets = item

@@ -15,10 +15,11 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["PartitionTerm", "SortTerm", "TableSettings", "check_patterns", "parse_partition_term", "parse_sort_term",
+__all__ = ["PartitionTerm", "SortTerm", "TableMode", "TableSettings", "check_patterns", "parse_partition_term", "parse_sort_term",
            "settings_for"]
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*|`(?:[^`]|``)+`"
@@ -124,6 +125,13 @@ def parse_sort_term(text: str) -> SortTerm:
     return SortTerm(_name(m.group(1)), descending, (not descending) if nulls is None else nulls.lower() == "first")
 
 
+class TableMode(StrEnum):
+    """What a table holds (``sink.tables.<pattern>.mode``)."""
+
+    UPSERT = "upsert"  # the current state by key (the default)
+    CHANGELOG = "changelog"  # every change appended, deletes and truncates too (the "bronze" table)
+
+
 class TableSettings(BaseModel):
     """How the tables one pattern matches are shaped (``sink.tables.<pattern>``)."""
 
@@ -139,6 +147,12 @@ class TableSettings(BaseModel):
                           "an existing table's order is left as it is."
     )
     properties: dict[str, str] = Field(default_factory=dict, description="Iceberg table properties of these tables.")
+    mode: TableMode = Field(
+        TableMode.UPSERT,
+        description="upsert: the current state by key. changelog: every change appended with its op, sequence, source "
+                    "timestamp, topic/partition/offset and commit time (also for keyless tables). Fixed when the "
+                    "table is created.",
+    )
 
     @field_validator("partition_by")
     @classmethod

@@ -29,17 +29,24 @@ from sink.types import ColumnSpec, widening
 from transforms.envelope import Operation
 
 __all__ = [
+    "CHANGELOG_COLUMNS",
+    "COMMITTED_AT_COLUMN",
     "DELETED_KEY_COLUMNS",
     "KEY_COLUMN",
+    "OFFSET_COLUMN",
     "OP_COLUMN",
+    "PARTITION_COLUMN",
     "SEQ_COLUMN",
     "TABLE_COLUMN",
+    "TOPIC_COLUMN",
     "TS_COLUMN",
     "TableFiles",
     "TablePlan",
     "TableSummary",
     "TaskSummary",
+    "changelog_row",
     "first_item",
+    "in_source_order",
     "of_tables",
     "read_partition",
     "route",
@@ -52,6 +59,15 @@ __all__ = [
 SEQ_COLUMN = "__cdc_seq"
 TS_COLUMN = "__cdc_ts_ms"
 OP_COLUMN = "__cdc_op"
+# a changelog table's (sink.tables mode: changelog) columns past the row: where each change was
+# read (its topic, partition and offset) and when the sink committed it, with its op, sequence
+# and source timestamp (OP_COLUMN, SEQ_COLUMN, TS_COLUMN)
+TOPIC_COLUMN = "__cdc_topic"
+PARTITION_COLUMN = "__cdc_partition"
+OFFSET_COLUMN = "__cdc_offset"
+COMMITTED_AT_COLUMN = "__cdc_committed_at"
+CHANGELOG_COLUMNS = {OP_COLUMN: "string", SEQ_COLUMN: "string", TS_COLUMN: "bigint", TOPIC_COLUMN: "string",
+                     PARTITION_COLUMN: "int", OFFSET_COLUMN: "bigint", COMMITTED_AT_COLUMN: "timestamp"}
 # the deleted-keys memory (one table for every table of the sink): table, key, sequence, when
 TABLE_COLUMN = "__cdc_table"
 KEY_COLUMN = "__cdc_key"
@@ -203,6 +219,7 @@ class TablePlan:
     # files are written in (sink.table_settings)
     partition: tuple[PartitionField, ...] = ()
     sort: tuple[SortTerm, ...] = ()
+    changelog: bool = False  # every change appended as a row (sink.tables mode: changelog)
 
 
 @dataclass(frozen=True)
@@ -274,10 +291,16 @@ def write_tables(
         yield TableFiles(table, skipped_applied=skipped[table])
     for table, changes in by_table.items():
         plan = plans[table]
-        batch = compact(changes)[table]
         fs = table_filesystem(plan.location, storage)
         try:
             schema = arrow_schema(plan.schema_json)
+            if plan.changelog:
+                committed_at = now.replace(tzinfo=dt.UTC)
+                rows = [changelog_row(c, committed_at) for c in in_source_order(changes)]
+                data, parts = _write_rows(plan, schema, rows, fs)
+                yield TableFiles(table, data, parts=parts, appends=len(rows), skipped_applied=skipped.get(table, 0))
+                continue
+            batch = compact(changes)[table]
             if plan.key:
                 rows = [_data_row(c) for c in batch.changes if c.op is not Operation.DELETE]
                 keys = [dict(zip(plan.key, c.key or (), strict=True)) for c in batch.changes]
@@ -343,6 +366,25 @@ def deleted_keys_file(deleted_keys: tuple[str, str], rows: list[dict[str, Any]],
     table = to_arrow_table(arrow_schema(schema_json), rows)
     written = write_parquet(table, new_data_path(location, "data"), filesystem=table_filesystem(location, storage))
     return DeletedKeysFile(written, len(rows))
+
+
+def changelog_row(ch: SinkChange, committed_at: dt.datetime) -> dict[str, Any]:
+    """A change as a changelog table's row: its image (the new row; a delete's old row; none for
+    a truncate), its op, sequence, source timestamp, where it was read, and ``committed_at``."""
+    row = dict(ch.row or {})
+    row[OP_COLUMN] = str(ch.op)
+    row[SEQ_COLUMN] = ch.seq
+    row[TS_COLUMN] = ch.ts_ms
+    row[TOPIC_COLUMN] = ch.topic
+    row[PARTITION_COLUMN] = ch.partition
+    row[OFFSET_COLUMN] = ch.offset
+    row[COMMITTED_AT_COLUMN] = committed_at
+    return row
+
+
+def in_source_order(changes: Iterable[SinkChange]) -> list[SinkChange]:
+    """``changes`` in source order (their sequences), the order a changelog records them in."""
+    return sorted(changes, key=lambda c: c.seq)
 
 
 def _data_row(ch: SinkChange, with_op: bool = False) -> dict[str, Any]:

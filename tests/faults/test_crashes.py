@@ -69,6 +69,8 @@ class CrashRun:
     sink_a: SinkResult | None = None
     config_a: Path | None = None
     tmp: Path | None = None
+    # the records of the changelog table's topic (sink B writes it as a changelog): (partition, offset)
+    changelog_positions: set[tuple[int, int]] = field(default_factory=set)
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -128,6 +130,8 @@ def crash_run(kafka_bootstrap: str, redis_url: str, tmp_path_factory: pytest.Tem
     t2 = time.monotonic()
     records = read_all(kafka_bootstrap, [f"{prefix}.{DB}.{t}" for t in TABLES])
     run.report = check_order(records, prefix, stream)
+    log_topic = f"{prefix}.{CHANGELOG_TABLE}"
+    run.changelog_positions = {(r.partition, r.offset) for r in records if r.topic == log_topic and r.value is not None}
     run.dlq = len(read_all(kafka_bootstrap, [f"{prefix}.dlq"], idle_s=1.0))
     run.seconds["read"] = time.monotonic() - t2
     print(f"counted: produced={stream.changes} {run.report.line()} dlq={run.dlq}")
@@ -165,6 +169,9 @@ def test_worker_sigkill_loses_nothing_and_keeps_per_key_order(crash_run: CrashRu
     assert_tables_equal_expected(tables, run.stream, "warehouse A (crash-free sink)")
 
 
+# sink B writes this table as a changelog (sink.tables mode): every record of its topic once
+CHANGELOG_TABLE = f"{DB}.t2"
+
 SINK_CRASHES: list[tuple[str, dict[str, str]]] = [
     ("mid-merge (in the commit callback, before the MERGE)", {"CDCNORM_CRASH_POINT": "mid-merge"}),
     ("mid-commit (data files written, snapshot not committed)", {}),
@@ -194,7 +201,8 @@ def test_sink_sigkill_at_five_points_matches_a_crash_free_run(crash_run: CrashRu
     print(f"sink B writes through a {catalog.kind} catalog (warehouse {warehouse})")
     config_b = sink_config(run.tmp / "sink-b.yaml", kafka_bootstrap, run.pattern, f"{run.prefix}-sink-b",
                            catalog, max_records_per_batch=per_batch,
-                           maintenance={"every_batches": 1, "expire_older_than_seconds": 0})
+                           maintenance={"every_batches": 1, "expire_older_than_seconds": 0},
+                           tables={CHANGELOG_TABLE: {"mode": "changelog"}})
     rnd = random.Random(SEED + 1)
     read_before_final = 0
     for label, env in SINK_CRASHES:
@@ -216,8 +224,9 @@ def test_sink_sigkill_at_five_points_matches_a_crash_free_run(crash_run: CrashRu
     print(f"final sink ({final.seconds:.0f}s): batches={len(final.batches)} read={final.read}; crash runs' completed batches read "
           f"{read_before_final}; records on the topics={run.report.records if run.report else '?'}")
     tables_a, tables_b = read_warehouses(run.config_a, config_b)
-    assert_tables_equal_expected(tables_b, run.stream, "warehouse B (5 sink crashes)")
-    for name in (f"{DB}.{t}" for t in TABLES):
+    label = "warehouse B (5 sink crashes)"
+    assert_tables_equal_expected(tables_b, run.stream, label, changelogs={CHANGELOG_TABLE: run.changelog_positions})
+    for name in (f"{DB}.{t}" for t in TABLES if f"{DB}.{t}" != CHANGELOG_TABLE):
         a = sorted(orjson.dumps(r, option=orjson.OPT_SORT_KEYS) for r in tables_a[name]["rows"])
         b = sorted(orjson.dumps(r, option=orjson.OPT_SORT_KEYS) for r in tables_b[name]["rows"])
         print(f"counted: {name} crash-free rows={len(a)} crashed rows={len(b)} "

@@ -479,8 +479,29 @@ def table_rows(tables: dict[str, Any], names: Iterable[str]) -> dict[str, dict[i
     return out
 
 
-def assert_tables_equal_expected(tables: dict[str, Any], stream: ChangeStream, label: str) -> None:
+def assert_changelog(rows: list[dict[str, Any]], positions: set[tuple[int, int]], want: dict[int, tuple[Any, ...]],
+                     label: str) -> None:
+    """A changelog table (``sink.tables`` mode changelog) holds every record of its topic
+    (``positions``: partition, offset) exactly once, and folded in source order (the last change
+    per key; a delete removes it) gives the expected state ``want``."""
+    seen = [(r["__cdc_partition"], r["__cdc_offset"]) for r in rows]
+    print(f"{label}: changelog rows={len(seen)} records on its topic={len(positions)}")
+    assert len(seen) == len(set(seen)), f"{label}: {len(seen) - len(set(seen))} changes doubled"
+    assert set(seen) == positions, f"{label}: {len(positions - set(seen))} changes lost, {len(set(seen) - positions)} unknown"
+    last: dict[int, dict[str, Any]] = {}
+    for r in sorted(rows, key=lambda r: r["__cdc_seq"]):
+        last[r["id"]] = r
+    state = {k: (r["ver"], r["name"], r["qty"]) for k, r in last.items() if r["__cdc_op"] != "d"}
+    assert state == want, f"{label}: the changelog folded is not the expected state"
+
+
+def assert_tables_equal_expected(tables: dict[str, Any], stream: ChangeStream, label: str,
+                                 changelogs: dict[str, set[tuple[int, int]]] | None = None) -> None:
+    """Every table equals the stream's expected state; ``changelogs`` (name: the positions of its
+    topic's records) are changelog tables, checked by :func:`assert_changelog`."""
     want = expected_rows(stream)
+    for name, positions in (changelogs or {}).items():
+        assert_changelog(tables.get(name, {"rows": []})["rows"], positions, want.pop(name), f"{label} {name}")
     got = table_rows(tables, want)
     for name in want:
         print(f"{label}: {name} rows={len(got[name])} expected={len(want[name])}")
