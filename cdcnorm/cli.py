@@ -672,6 +672,15 @@ def _print_tables(console: Console, tables: dict[str, Any], title: str) -> None:
     console.print(summary)
 
 
+def _shape_line(info: dict[str, Any]) -> str:
+    """``upsert, partitioned by bucket[16](id), ordered by id ASC NULLS FIRST`` (sink.inspect)."""
+    parts = [info.get("mode", "upsert")]
+    parts.append(f"partitioned by {', '.join(info['partition_by'])}" if info.get("partition_by") else "unpartitioned")
+    if info.get("sort_by"):
+        parts.append(f"ordered by {', '.join(info['sort_by'])}")
+    return ", ".join(parts)
+
+
 @app.command()
 def sink(
     config: Annotated[Path, typer.Option("--config", "-c", help="Pipeline YAML with a `sink:` section.")],
@@ -723,6 +732,7 @@ def tables(
     console = _console()
     _print_tables(console, found, f"Iceberg tables ({cat.type} catalog {cat.name}: {where})")
     for name, info in found.items():
+        console.print(f"{name}: {_shape_line(info)}", highlight=False)
         if info["rows"]:
             console.print(f"{name}: {len(info['rows'])} of {info['count']} rows", style="bold", highlight=False)
             for row in info["rows"]:

@@ -17,7 +17,7 @@ from sink.spark_session import build_spark
 from sink.sql import quote
 from transforms.errors import CdcnormError
 
-__all__ = ["CatalogUnreadable", "list_tables", "read_tables"]
+__all__ = ["CatalogUnreadable", "list_tables", "read_tables", "read_tables_with"]
 
 
 def _jsonable(value: Any) -> Any:
@@ -70,7 +70,7 @@ def read_tables(config: SinkConfig, limit: int | None = None, meta: bool = False
 
     spark = build_spark(config)
     try:
-        return _read_tables(spark, config, limit, meta)
+        return read_tables_with(spark, config, limit, meta)
     except (Py4JError, PySparkException) as exc:
         raise CatalogUnreadable(_java_reason(exc)) from None
 
@@ -92,7 +92,8 @@ def _java_reason(exc: Exception) -> str:
     return f"{first} (caused by {str(root.toString()).splitlines()[0][:300]})"
 
 
-def _read_tables(spark: Any, config: SinkConfig, limit: int | None, meta: bool) -> dict[str, Any]:
+def read_tables_with(spark: Any, config: SinkConfig, limit: int | None, meta: bool) -> dict[str, Any]:
+    """:func:`read_tables` on a Spark session that has the config's catalog."""
     cat = quote(config.catalog.name)
     out: dict[str, Any] = {}
     for name in list_tables(spark, config):
@@ -103,6 +104,7 @@ def _read_tables(spark: Any, config: SinkConfig, limit: int | None, meta: bool) 
             frame = frame.drop(SEQ_COLUMN, TS_COLUMN)
         rows = [r.asDict(recursive=True) for r in (frame.limit(limit) if limit is not None else frame).collect()]
         out[name] = {
+            **_shape(spark, config, ns, table),
             "count": spark.table(tid).count(),
             "snapshots": spark.sql(f"SELECT count(*) FROM {tid}.snapshots").collect()[0][0],
             "data_files": spark.sql(f"SELECT count(*) FROM {tid}.data_files").collect()[0][0],
@@ -111,6 +113,16 @@ def _read_tables(spark: Any, config: SinkConfig, limit: int | None, meta: bool) 
             "rows": _jsonable(rows),
         }
     return out
+
+
+def _shape(spark: Any, config: SinkConfig, namespace: str, name: str) -> dict[str, Any]:
+    """The table's mode (``cdcnorm.mode``; upsert when unset), partition spec and write order."""
+    from sink.datafiles import load_table
+    from sink.iceberg import MODE_PROPERTY
+    from sink.table_shape import layout_of
+
+    jt = load_table(spark, config.catalog.name, namespace, name)
+    return {"mode": jt.properties().get(MODE_PROPERTY) or "upsert", **layout_of(jt).describe()}
 
 
 def main() -> int:

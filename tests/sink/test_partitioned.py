@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from cdcnorm.cli import _shape_line
+from sink.inspect import read_tables_with
 from sink.partitioning import transform_value
 from tests.sink.history import History, scripted_history
 from tests.sink.scripted import (  # noqa: F401 (the spark and broker fixtures)
@@ -126,8 +128,10 @@ def test_rows_moving_between_partitions_leave_one_row_on_both_commit_paths(
     _assert_history(spark, sink, history)
     assert _spec(spark, sink, (namespace, "orders")) == ["bucket[4](customer)", "month(day)"]
     assert _spec(spark, sink, (namespace, "users")) == ["identity(name)"]
-    jt = sink.tables.java_table((namespace, "orders"))
-    assert jt.sortOrder().fields()[0].direction().toString() == "DESC"
+    shown = read_tables_with(spark, config, 0, False)  # what `cdcnorm tables` shows
+    assert {k: shown[f"{namespace}.orders"][k] for k in ("mode", "partition_by", "sort_by")} == {
+        "mode": "upsert", "partition_by": ["bucket[4](customer)", "month(day)"], "sort_by": ["id DESC NULLS LAST"]}
+    assert _shape_line(shown[f"{namespace}.users"]) == "upsert, partitioned by identity(name)"
     if mode == "row-delta":
         assert row_deltas > 0, "no batch took the row-delta path"
         files = spark.sql(f"SELECT partition FROM {sink.tables.table_id(('shop', 'users'))}.files").collect()
