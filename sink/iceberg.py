@@ -36,8 +36,10 @@ from sink.changes import TableBatch
 from sink.config import SinkConfig, WriteMode
 from sink.deleted_keys import DeletedKeys
 from sink.faults import crash_point
+from sink.maintenance import drop_dangling_equality_deletes
 from sink.merge import MergeWriter, after_truncate, truncate_sql
 from sink.retry import TableWriteError
+from sink.scd2 import HISTORY_COLUMNS, HistoryWriter
 from sink.sql import DISTRIBUTION_PROPERTIES, location_clause, older_than, quote, sql_string
 from sink.table_settings import DEFAULT_SETTINGS, TableMode, TableSettings, settings_for
 from sink.table_shape import TableLayout, TableSettingsError, apply_shape, layout_of
@@ -145,8 +147,8 @@ class _TableState:
 class _JavaCallable:
     """``work`` as a ``java.util.concurrent.Callable`` for py4j; keeps the exception it raised."""
 
-    def __init__(self, work: Callable[[], None]) -> None:
-        self.work: Callable[[], None] | None = work
+    def __init__(self, work: Callable[[], object]) -> None:
+        self.work: Callable[[], object] | None = work
         self.error: BaseException | None = None
 
     def call(self) -> None:
@@ -178,6 +180,7 @@ class IcebergTables:
         self._catalog_lock = threading.Lock()
         self.deleted_keys = DeletedKeys(spark, config, self.java_table)  # the deleted-keys memory (sink.deleted_keys)
         self.merger = MergeWriter(spark, self.deleted_keys.table_id)  # the MERGE path's Spark SQL (sink.merge)
+        self.history = HistoryWriter(spark)  # history tables' versions (sink.scd2)
 
     # -- naming -----------------------------------------------------------------------
 
@@ -281,7 +284,7 @@ class IcebergTables:
         cols: dict[str, str] = {}
         for field_ in jvm.org.apache.iceberg.spark.SparkSchemaUtil.convert(jt.schema()).fields():
             name = field_.name()
-            if name not in CHANGELOG_COLUMNS:
+            if name not in CHANGELOG_COLUMNS and name not in HISTORY_COLUMNS:
                 cols[name] = field_.dataType().simpleString()
         key = tuple(k for k in (jt.properties().get(KEY_PROPERTY) or "").split(",") if k)
         mode = TableMode(jt.properties().get(MODE_PROPERTY) or TableMode.UPSERT)
@@ -424,6 +427,9 @@ class IcebergTables:
             mode = self.settings_of(table).mode
             if mode is TableMode.CHANGELOG:
                 key = ()  # every change is a row of its own
+            elif mode is TableMode.HISTORY and not key:
+                raise TableSettingsError(f"table {tid}: mode history needs a key (versions of a row), and its changes "
+                                         "carry none; use mode changelog for a keyless table")
             self._create(table, tid, columns, key, mode)
             state = self._state[tid] = _TableState({c.name: c.sql_type for c in columns}, key, summary_loaded=True,
                                                    newest={}, mode=mode)
@@ -464,6 +470,8 @@ class IcebergTables:
             defs.append(f"{quote(col.name)} {col.sql_type}{not_null}")
         if mode is TableMode.CHANGELOG:
             defs += [f"{quote(name)} {sql_type}" for name, sql_type in CHANGELOG_COLUMNS.items()]
+        elif mode is TableMode.HISTORY:
+            defs += [f"{quote(name)} {sql_type}" for name, sql_type in HISTORY_COLUMNS.items()]
         else:
             defs.append(f"{quote(SEQ_COLUMN)} string")
             defs.append(f"{quote(TS_COLUMN)} bigint")
@@ -616,7 +624,7 @@ class IcebergTables:
 
     # -- writes -------------------------------------------------------------------------
 
-    def _with_commit_properties(self, props: dict[str, str], work: Callable[[], None]) -> None:
+    def _with_commit_properties(self, props: dict[str, str], work: Callable[[], object]) -> None:
         """Run ``work`` (Spark SQL writes) so its Iceberg commits carry ``props`` in the summary."""
         from pyspark.java_gateway import ensure_callback_server_started
 
@@ -669,14 +677,19 @@ class IcebergTables:
             # offsets were read from: a commit since then is found here, and the batch read again
             raise TableWriteError(tid, ConcurrentCommitError(f"table {tid} changed since snapshot {state.snapshot_id}"))
         counts = {"upserts": 0, "deletes": 0, "appends": 0, "truncates": 0, "unkeyed": 0}
-        if state.mode is TableMode.CHANGELOG:
-            # every change a row (the batch's appends, uncompacted: sink.runner), through Spark
+        if state.mode is not TableMode.UPSERT:
+            # every change a row, or a version (the batch's changes, uncompacted: sink.runner)
             newest_log: dict[str, str] = {}
             _fold(newest_log, [c.seq for c in batch.appends])
             props = self._commit_properties(state, offsets, newest_log, None)
-            self._with_commit_properties(props, lambda: self.merger.append_changelog(tid, state, batch.appends))
+            if state.mode is TableMode.CHANGELOG:
+                self._with_commit_properties(props, lambda: self.merger.append_changelog(tid, state, batch.appends))
+                counts["appends"] = len(batch.appends)
+            else:
+                self._with_commit_properties(props, lambda: self.history.apply(tid, state.key, batch.appends))
+                counts["deletes"] = sum(c.op.value == "d" for c in batch.appends)
+                counts["upserts"] = len(batch.appends) - counts["deletes"]
             self._committed(state, props, None, None)
-            counts["appends"] = len(batch.appends)
             return counts
         truncated = self._truncate_watermark(state, batch.truncate_seq)
         newest: dict[str, str] = {}
@@ -780,6 +793,8 @@ class IcebergTables:
         newest sequences and its remembered truncate, under ``sink.upsert_mode``."""
         if self.mode_of(table) is TableMode.CHANGELOG:
             plan = WritePlan(WriteMethod.ROW_DELTA, "a changelog: every change appended")
+        elif self.mode_of(table) is TableMode.HISTORY:
+            return WritePlan(WriteMethod.MERGE, "a history table: the versions of the keys it touches are MERGEd")
         else:
             plan = plan_write(summary, self.newest_sequences(table), self.remembered_truncate(table), self.config.upsert_mode)
         if plan.row_delta and self.layout(table).partition:
@@ -817,7 +832,7 @@ class IcebergTables:
             f"options => map('min-input-files', '{m.min_input_files}', 'delete-file-threshold', '1', "
             f"'remove-dangling-deletes', 'true'))"
         ).collect()
-        dropped = self._drop_dangling_equality_deletes(table, tid)
+        dropped = drop_dangling_equality_deletes(self.spark, self._java(table), tid)
         self.spark.sql(
             f"CALL {cat}.system.rewrite_position_delete_files(table => '{ident}', "
             f"options => map('rewrite-all', 'true'))"
@@ -827,41 +842,6 @@ class IcebergTables:
             f"older_than => TIMESTAMP '{older_than(m.expire_older_than_seconds)}', retain_last => {m.retain_last})"
         ).collect()
         log.info("maintenance done on %s (%d equality-delete files folded in)", tid, dropped)
-
-    def _drop_dangling_equality_deletes(self, table: tuple[str, str], tid: str) -> int:
-        """Remove the equality-delete files that apply to no live data file any more: those
-        whose sequence number is not above the lowest of the data files (an equality delete
-        applies to older data only), which is all of them once ``rewrite_data_files`` folded
-        them in. Iceberg's own ``remove-dangling-deletes`` leaves an unpartitioned table to its
-        commits, which keep them (seen with 1.9.2): without this, every row-delta commit's
-        delete file would stay, and every read would load them all. Returns how many."""
-        (row,) = self.spark.sql(
-            f"SELECT min(sequence_number) AS m FROM {tid}.entries WHERE status <> 2 AND data_file.content = 0"
-        ).collect()
-        jt = self._java(table)
-        snapshot = jt.currentSnapshot() if jt is not None else None
-        if snapshot is None:
-            return 0
-        lowest = row["m"]
-        io, specs = jt.io(), jt.specs()
-        read = self.jvm.org.apache.iceberg.ManifestFiles.readDeleteManifest
-        rewrite = jt.newRewrite()
-        dropped = 0
-        for manifest in snapshot.deleteManifests(io):
-            reader = read(manifest, io, specs)
-            try:
-                files = reader.iterator()
-                while files.hasNext():
-                    f = files.next()
-                    if f.content().toString() == "EQUALITY_DELETES" and (lowest is None or f.dataSequenceNumber() <= lowest):
-                        rewrite = rewrite.deleteFile(f.copy())
-                        dropped += 1
-            finally:
-                reader.close()
-        if dropped:
-            rewrite.validateFromSnapshot(snapshot.snapshotId()).commit()
-        return dropped
-
 
 def _stagger(name: str, every: int) -> int:
     """A stable offset in ``[0, every)`` for ``name`` (not Python's salted ``hash``).

@@ -24,7 +24,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-__all__ = ["DELETED_KEYS", "Maintenance"]
+__all__ = ["DELETED_KEYS", "Maintenance", "drop_dangling_equality_deletes"]
 
 log = logging.getLogger("cdcnorm.sink")
 
@@ -121,3 +121,38 @@ class Maintenance:
                 with self._lock:
                     self._busy = False
                     self._lock.notify_all()
+
+
+def drop_dangling_equality_deletes(spark: Any, jt: Any, tid: str) -> int:
+    """Remove the table's equality-delete files that apply to no live data file any more: those
+    whose sequence number is not above the lowest of the data files (an equality delete applies
+    to older data only), which is all of them once ``rewrite_data_files`` folded them in. Iceberg's
+    own ``remove-dangling-deletes`` leaves unpartitioned deletes to their commits, which keep them
+    (seen with 1.9.2; the sink's are unpartitioned in partitioned tables too, global deletes):
+    without this, every row-delta commit's delete file would stay, and every read would load them
+    all. ``jt``: the Java table (``None``: nothing to do). Returns how many."""
+    (row,) = spark.sql(
+        f"SELECT min(sequence_number) AS m FROM {tid}.entries WHERE status <> 2 AND data_file.content = 0"
+    ).collect()
+    snapshot = jt.currentSnapshot() if jt is not None else None
+    if snapshot is None:
+        return 0
+    lowest = row["m"]
+    io, specs = jt.io(), jt.specs()
+    read = spark.sparkContext._jvm.org.apache.iceberg.ManifestFiles.readDeleteManifest
+    rewrite = jt.newRewrite()
+    dropped = 0
+    for manifest in snapshot.deleteManifests(io):
+        reader = read(manifest, io, specs)
+        try:
+            files = reader.iterator()
+            while files.hasNext():
+                f = files.next()
+                if f.content().toString() == "EQUALITY_DELETES" and (lowest is None or f.dataSequenceNumber() <= lowest):
+                    rewrite = rewrite.deleteFile(f.copy())
+                    dropped += 1
+        finally:
+            reader.close()
+    if dropped:
+        rewrite.validateFromSnapshot(snapshot.snapshotId()).commit()
+    return dropped

@@ -723,7 +723,8 @@ class MicroBatchSink:
                 report.skipped_applied += 1
             else:
                 fresh.append(ch)
-        logs = {t for t in merges if tables.mode_of(t) is TableMode.CHANGELOG}  # every change a row: uncompacted
+        # changelog and history tables: every change a row or a version, uncompacted
+        logs = {t for t in merges if tables.mode_of(t) is not TableMode.UPSERT}
         batches = compact(c for c in fresh if c.table not in logs)
         for table in logs:
             batches[table] = TableBatch(table, appends=in_source_order(c for c in fresh if c.table == table))

@@ -130,6 +130,7 @@ class TableMode(StrEnum):
 
     UPSERT = "upsert"  # the current state by key (the default)
     CHANGELOG = "changelog"  # every change appended, deletes and truncates too (the "bronze" table)
+    HISTORY = "history"  # slowly changing dimension type 2: every version with its validity (sink.scd2)
 
 
 class TableSettings(BaseModel):
@@ -150,8 +151,9 @@ class TableSettings(BaseModel):
     mode: TableMode = Field(
         TableMode.UPSERT,
         description="upsert: the current state by key. changelog: every change appended with its op, sequence, source "
-                    "timestamp, topic/partition/offset and commit time (also for keyless tables). Fixed when the "
-                    "table is created.",
+                    "timestamp, topic/partition/offset and commit time (also for keyless tables). history: every "
+                    "version of a row with __valid_from/__valid_to/__is_current (SCD type 2; keyed tables). Fixed "
+                    "when the table is created.",
     )
 
     @field_validator("partition_by")

@@ -169,8 +169,10 @@ def test_worker_sigkill_loses_nothing_and_keeps_per_key_order(crash_run: CrashRu
     assert_tables_equal_expected(tables, run.stream, "warehouse A (crash-free sink)")
 
 
-# sink B writes this table as a changelog (sink.tables mode): every record of its topic once
+# sink B writes these tables as a changelog (every record of its topic once) and as a history
+# (every version once, the current ones the expected state): sink.tables modes
 CHANGELOG_TABLE = f"{DB}.t2"
+HISTORY_TABLE = f"{DB}.t1"
 
 SINK_CRASHES: list[tuple[str, dict[str, str]]] = [
     ("mid-merge (in the commit callback, before the MERGE)", {"CDCNORM_CRASH_POINT": "mid-merge"}),
@@ -202,7 +204,7 @@ def test_sink_sigkill_at_five_points_matches_a_crash_free_run(crash_run: CrashRu
     config_b = sink_config(run.tmp / "sink-b.yaml", kafka_bootstrap, run.pattern, f"{run.prefix}-sink-b",
                            catalog, max_records_per_batch=per_batch,
                            maintenance={"every_batches": 1, "expire_older_than_seconds": 0},
-                           tables={CHANGELOG_TABLE: {"mode": "changelog"}})
+                           tables={CHANGELOG_TABLE: {"mode": "changelog"}, HISTORY_TABLE: {"mode": "history"}})
     rnd = random.Random(SEED + 1)
     read_before_final = 0
     for label, env in SINK_CRASHES:
@@ -225,8 +227,9 @@ def test_sink_sigkill_at_five_points_matches_a_crash_free_run(crash_run: CrashRu
           f"{read_before_final}; records on the topics={run.report.records if run.report else '?'}")
     tables_a, tables_b = read_warehouses(run.config_a, config_b)
     label = "warehouse B (5 sink crashes)"
-    assert_tables_equal_expected(tables_b, run.stream, label, changelogs={CHANGELOG_TABLE: run.changelog_positions})
-    for name in (f"{DB}.{t}" for t in TABLES if f"{DB}.{t}" != CHANGELOG_TABLE):
+    assert_tables_equal_expected(tables_b, run.stream, label, changelogs={CHANGELOG_TABLE: run.changelog_positions},
+                                 histories=(HISTORY_TABLE,))
+    for name in (f"{DB}.{t}" for t in TABLES if f"{DB}.{t}" not in (CHANGELOG_TABLE, HISTORY_TABLE)):
         a = sorted(orjson.dumps(r, option=orjson.OPT_SORT_KEYS) for r in tables_a[name]["rows"])
         b = sorted(orjson.dumps(r, option=orjson.OPT_SORT_KEYS) for r in tables_b[name]["rows"])
         print(f"counted: {name} crash-free rows={len(a)} crashed rows={len(b)} "

@@ -15,6 +15,7 @@ a prefix of a longer stream of the same seed.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 import threading
 import time
@@ -495,13 +496,35 @@ def assert_changelog(rows: list[dict[str, Any]], positions: set[tuple[int, int]]
     assert state == want, f"{label}: the changelog folded is not the expected state"
 
 
+def assert_history(rows: list[dict[str, Any]], want: dict[int, tuple[Any, ...]], label: str) -> None:
+    """A history table (``sink.tables`` mode history) holds each version once (key and
+    ``__cdc_seq``), each key's versions follow one another (one ends where the next begins, a
+    delete leaves a gap), and its current versions are the expected state ``want``."""
+    ids = [(r["id"], r["__cdc_seq"]) for r in rows]
+    print(f"{label}: history versions={len(ids)} keys={len({i for i, _ in ids})}")
+    assert len(ids) == len(set(ids)), f"{label}: {len(ids) - len(set(ids))} versions doubled"
+    by_key: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in sorted(rows, key=lambda r: r["__cdc_seq"]):
+        by_key[r["id"]].append(r)
+    for key, versions in by_key.items():
+        for a, b in itertools.pairwise(versions):
+            assert a["__cdc_end_seq"] is not None and a["__cdc_end_seq"] <= b["__cdc_seq"], f"{label} {key}: {a} {b}"
+        assert sum(bool(v["__is_current"]) for v in versions) <= 1, f"{label} {key}: several current versions"
+    current = {r["id"]: (r["ver"], r["name"], r["qty"]) for r in rows if r["__is_current"]}
+    assert current == want, f"{label}: the current versions are not the expected state"
+
+
 def assert_tables_equal_expected(tables: dict[str, Any], stream: ChangeStream, label: str,
-                                 changelogs: dict[str, set[tuple[int, int]]] | None = None) -> None:
+                                 changelogs: dict[str, set[tuple[int, int]]] | None = None,
+                                 histories: Iterable[str] = ()) -> None:
     """Every table equals the stream's expected state; ``changelogs`` (name: the positions of its
-    topic's records) are changelog tables, checked by :func:`assert_changelog`."""
+    topic's records) are changelog tables, checked by :func:`assert_changelog`; ``histories`` are
+    history tables (:func:`assert_history`)."""
     want = expected_rows(stream)
     for name, positions in (changelogs or {}).items():
         assert_changelog(tables.get(name, {"rows": []})["rows"], positions, want.pop(name), f"{label} {name}")
+    for name in histories:
+        assert_history(tables.get(name, {"rows": []})["rows"], want.pop(name), f"{label} {name}")
     got = table_rows(tables, want)
     for name in want:
         print(f"{label}: {name} rows={len(got[name])} expected={len(want[name])}")
