@@ -65,7 +65,7 @@ from sink.changes import SinkChange, TableBatch, compact, parse_record
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.envelope import ChangeEvent, EmitOptions, Operation, SourceInfo, emit
 
-__all__ = ["ORDERS", "change_batches", "change_records", "main", "produce_records"]
+__all__ = ["ORDERS", "change_batches", "change_records", "main", "produce_records", "sink_config", "write_job"]
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPIC = "cdcnorm.bench.orders"
@@ -177,7 +177,7 @@ def change_batches(size: Size, seed: int = 1, first_seq: int = 1) -> Iterator[li
 # ----------------------------------------------------------------------------- part 1: merge
 
 
-def _sink_config(warehouse: Path, **overrides: Any) -> Any:
+def sink_config(warehouse: Path, **overrides: Any) -> Any:
     from sink.config import SinkConfig
 
     section = {
@@ -193,7 +193,7 @@ def merge_throughput(report: BenchReport, size: Size, workdir: Path) -> None:
     from sink.iceberg import IcebergTables
     from sink.spark_session import build_spark
 
-    config = _sink_config(workdir / "warehouse-merge")
+    config = sink_config(workdir / "warehouse-merge")
     started = time.monotonic()
     spark = build_spark(config)
     report.info("spark session start", time.monotonic() - started, "s")
@@ -266,7 +266,7 @@ DELTA_TABLE = ("bench", "orders_delta")
 DELTA_APPEND_TABLE = ("bench", "orders_delta_append")
 
 
-def _write_job(tables: Any, rdd: Any, table: tuple[str, str], changes: list[SinkChange]) -> int:
+def write_job(tables: Any, rdd: Any, table: tuple[str, str], changes: list[SinkChange]) -> int:
     """What the sink does for one table of a micro-batch whose changes are cached in a read task
     (sink.runner's write job and commits): the write task writes the table's Parquet files (and
     the batch's deleted keys), the driver commits the memory, then the table's row delta (or
@@ -283,7 +283,9 @@ def _write_job(tables: Any, rdd: Any, table: tuple[str, str], changes: list[Sink
         how = tables.write_plan(table, summary)
         assert how.row_delta, f"the sink would MERGE this batch: {how.reason}"
     location, schema = tables.plan_of(table)
-    plan = TablePlan(table, tables.iceberg_name(table), location, schema, key, tables.applied_offsets(table))
+    layout = tables.layout(table)
+    plan = TablePlan(table, tables.iceberg_name(table), location, schema, key, tables.applied_offsets(table),
+                     layout.partition, layout.sort, tables.mode_of(table).value == "changelog")
     memory = tables.deleted_keys.plan() if key else None
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     write = functools.partial(write_partition, tables={0: frozenset({table})}, plans={table: plan}, deleted_keys=memory, now=now)
@@ -306,7 +308,7 @@ def row_delta_throughput(report: BenchReport, size: Size, workdir: Path) -> None
     from sink.iceberg import IcebergTables
     from sink.spark_session import build_spark
 
-    config = _sink_config(workdir / "warehouse-delta")
+    config = sink_config(workdir / "warehouse-delta")
     spark = build_spark(config)
     tables = IcebergTables(spark, config)
     sc = spark.sparkContext
@@ -322,7 +324,7 @@ def row_delta_throughput(report: BenchReport, size: Size, workdir: Path) -> None
             summary_cols = tuple({c.name: c for ch in changes for c in ch.columns}.values())
             tables.ensure_columns(table, summary_cols, changes[0].key_columns)
             if size.warmup:
-                _write_job(tables, sc.parallelize(changes, 1), table, changes)
+                write_job(tables, sc.parallelize(changes, 1), table, changes)
         batches = change_batches(size, first_seq=1_000_000)
         for i in range(size.batches):
             batch = next(batches, None)
@@ -337,9 +339,9 @@ def row_delta_throughput(report: BenchReport, size: Size, workdir: Path) -> None
                 rdd.count()
                 rdds.append(rdd)
             t0 = time.perf_counter()
-            _write_job(tables, rdds[0], DELTA_TABLE, keyed)
+            write_job(tables, rdds[0], DELTA_TABLE, keyed)
             t1 = time.perf_counter()
-            _write_job(tables, rdds[1], DELTA_APPEND_TABLE, plain)
+            write_job(tables, rdds[1], DELTA_APPEND_TABLE, plain)
             t2 = time.perf_counter()
             for rdd in rdds:
                 rdd.unpersist()

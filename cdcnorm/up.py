@@ -52,8 +52,15 @@ from service.local import (
     start_broker,
     start_redis,
 )
+from service.maven import LocalServiceError
 
-__all__ = ["AFTER_START_HOOKS", "CATALOGS", "SAMPLES", "Sample", "UpContext", "UpResult", "load_samples", "run_up"]
+__all__ = ["AFTER_START_HOOKS", "CATALOGS", "SAMPLES", "Sample", "UpContext", "UpResult", "UpStepError", "load_samples",
+           "run_up"]
+
+
+class UpStepError(LocalServiceError):
+    """A part `cdcnorm up` runs stopped (the worker, the sink, reading the tables back): the
+    message says which, with the end of its log; the CLI prints it as one error, not a traceback."""
 
 SAMPLES = Path(__file__).parent / "samples"
 
@@ -177,13 +184,13 @@ def run_sink_once(
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=600, check=False,
         )
     if proc.returncode != 0:
-        raise RuntimeError(f"the sink exited with {proc.returncode}; see {sink_log}")
+        raise UpStepError(f"the sink exited with {proc.returncode}; see {sink_log}")
     shown = subprocess.run(
         [sys.executable, "-m", "sink.inspect", "--config", str(path), "--limit", "3"],
         capture_output=True, timeout=300, check=False,
     )
     if shown.returncode != 0:
-        raise RuntimeError(f"reading the Iceberg tables failed: {shown.stderr.decode()[-2000:]}")
+        raise UpStepError(f"reading the Iceberg tables failed: {shown.stderr.decode()[-2000:]}")
     import orjson
 
     tables: dict[str, Any] = orjson.loads(shown.stdout.strip().splitlines()[-1])
@@ -313,7 +320,7 @@ def run_up(
         try:
             while True:
                 if not worker_proc.running:
-                    raise RuntimeError(f"the worker exited with {worker.returncode}:\n{worker_proc.log_tail()}")
+                    raise UpStepError(f"the worker exited with {worker.returncode}:\n{worker_proc.log_tail()}")
                 with contextlib.suppress(OSError):
                     metrics = _metrics(web_port)
                 seen = {t: _sum(metrics, "cdcnorm_messages_in_total", topic=t) for t in expected}

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from service.maven import LocalServiceError
 from transforms.extras import require_extras
 
 __all__ = [
@@ -217,7 +218,7 @@ def start_tansu(port: int | None = None, log_dir: Path | None = None, timeout_s:
     try:
         wait_for(lambda: not local.running or port_open(port), timeout_s, "tansu port")
         if not local.running:
-            raise RuntimeError(f"tansu exited with {proc.returncode}: {local.log_tail()}")
+            raise LocalServiceError(f"tansu exited with {proc.returncode}: {local.log_tail()}")
         wait_for(lambda: broker_reachable(local.address, 2.0), timeout_s, "tansu broker", 0.2)
     except BaseException:
         local.stop()
@@ -243,7 +244,7 @@ def start_redis(port: int | None = None, log_dir: Path | None = None, timeout_s:
     """Start ``redis-server`` on 127.0.0.1 without persistence and wait until it answers."""
     binary = shutil.which("redis-server")
     if binary is None:
-        raise RuntimeError("redis-server is not installed (Debian: apt-get install redis-server)")
+        raise LocalServiceError("redis-server is not installed (Debian: apt-get install redis-server)")
     port = port or free_port()
     cmd = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
            "--daemonize", "no"]
@@ -253,7 +254,7 @@ def start_redis(port: int | None = None, log_dir: Path | None = None, timeout_s:
     try:
         wait_for(lambda: not local.running or redis_reachable(url, 0.2), timeout_s, "redis-server")
         if not local.running:
-            raise RuntimeError(f"redis-server exited with {proc.returncode}: {local.log_tail()}")
+            raise LocalServiceError(f"redis-server exited with {proc.returncode}: {local.log_tail()}")
     except BaseException:
         local.stop()
         raise
@@ -276,5 +277,5 @@ def create_topics(conf: Mapping[str, Any] | str, names: Iterable[str], partition
                 fut.result(timeout_s)
             except KafkaException as exc:
                 if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                    raise RuntimeError(f"cannot create topic {name}: {exc}") from exc
+                    raise LocalServiceError(f"cannot create topic {name}: {exc}") from exc
     wait_for(lambda: set(wanted) <= set(admin.list_topics(timeout=timeout_s).topics), timeout_s, "topics")

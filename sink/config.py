@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from cdcnorm_common.registry import SchemaRegistrySettings
-from sink.table_settings import TableSettings, check_patterns
+from sink.table_settings import TablePattern, TableSettings
 from transforms.configfile import is_secret_key
 
 __all__ = ["CatalogConfig", "JarSource", "MaintenanceConfig", "SinkConfig", "UpsertMode", "WriteMode", "WriteRetryConfig"]
@@ -165,7 +165,7 @@ class SinkConfig(_Strict):
     namespace: str | None = Field(None, description="Iceberg namespace for all tables (default: source db).")
     write_mode: WriteMode = WriteMode.MERGE_ON_READ
     table_properties: dict[str, str] = Field(default_factory=dict)
-    tables: dict[str, TableSettings] = Field(
+    tables: dict[TablePattern, TableSettings] = Field(
         default_factory=dict,
         description=(
             "Per-table settings by glob over the source's <db>.<table> (shop.orders, shop.*, *; the most "
@@ -290,11 +290,6 @@ class SinkConfig(_Strict):
         if not self.topics and not self.topic_pattern:
             raise ValueError("set `topics` or `topic_pattern`")
         return self
-
-    @field_validator("tables")
-    @classmethod
-    def _table_patterns(cls, value: dict[str, TableSettings]) -> dict[str, TableSettings]:
-        return check_patterns(value)
 
     @field_validator("take_over_tables_from")
     @classmethod

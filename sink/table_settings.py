@@ -16,11 +16,21 @@ import fnmatch
 import re
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["PartitionTerm", "SortTerm", "TableMode", "TableSettings", "check_patterns", "parse_partition_term", "parse_sort_term",
-           "settings_for"]
+__all__ = [
+    "PartitionTerm",
+    "SortTerm",
+    "TableMode",
+    "TablePattern",
+    "TableSettings",
+    "check_pattern",
+    "parse_partition_term",
+    "parse_sort_term",
+    "settings_for",
+]
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*|`(?:[^`]|``)+`"
 _ARG = rf"\s*({_IDENT})\s*"
@@ -101,6 +111,10 @@ def parse_partition_term(text: str) -> PartitionTerm:
             raise ValueError(f"{text!r}: the {'bucket count' if kind == 'bucket' else 'width'} must be at least 1")
         return PartitionTerm(kind, column, arg)
     if m := re.fullmatch(rf"([A-Za-z_]+)\s*\({_ARG}\)", s):
+        name = m.group(1).lower()
+        if name in ("bucket", "truncate"):
+            needs = "a count" if name == "bucket" else "a width"
+            raise ValueError(f"{text!r}: {name} needs {needs}: {name}({'N' if name == 'bucket' else 'W'}, {m.group(2)})")
         kind = _TIME_TRANSFORMS.get(m.group(1).lower())
         if kind is not None:
             return PartitionTerm(kind, _name(m.group(2)))
@@ -209,20 +223,23 @@ def _specificity(pattern: str) -> int:
     return sum(1 for c in pattern if c not in "*?[]")
 
 
-def check_patterns(tables: dict[str, TableSettings]) -> dict[str, TableSettings]:
+def check_pattern(pattern: str) -> str:
     """``sink.tables``' keys are globs over ``<db>.<table>``: a key with neither a dot nor a
     ``*`` would match no table.
 
-    >>> check_patterns({"orders": TableSettings()})
+    >>> check_pattern("orders")
     Traceback (most recent call last):
     ...
     ValueError: 'orders' matches no table: the keys match <db>.<table> (as the source names it), e.g. shop.orders, *.orders, shop.*, *
     """
-    for pattern in tables:
-        if "." not in pattern and "*" not in pattern:
-            raise ValueError(f"{pattern!r} matches no table: the keys match <db>.<table> (as the source names it), "
-                             "e.g. shop.orders, *.orders, shop.*, *")
-    return tables
+    if "." not in pattern and "*" not in pattern:
+        raise ValueError(f"{pattern!r} matches no table: the keys match <db>.<table> (as the source names it), "
+                         "e.g. shop.orders, *.orders, shop.*, *")
+    return pattern
+
+
+TablePattern = Annotated[str, AfterValidator(check_pattern)]
+"""A ``sink.tables`` key (checked with the values, so every problem is reported at once)."""
 
 
 def settings_for(tables: dict[str, TableSettings], db: str, table: str) -> TableSettings:

@@ -123,6 +123,19 @@ def test_sink_merge_bench(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 @pytest.mark.spark
+def test_sink_shapes_bench(tmp_path: Path) -> None:
+    result = _run_bench("sink_shapes", tmp_path, timeout=420)
+    _assert_measured(result, "sink_shapes")
+    names = {r["name"] for r in result["ratios"]}
+    assert names == {"partitioned upsert changes/s", "changelog append changes/s", "history changes/s"}
+    rows = {i["name"]: i["value"] for i in result["infos"]}
+    # the same history: as many current rows partitioned as not, every change in the changelog
+    assert rows["rows in orders_bucketed"] == rows["rows in orders_flat"] > 0
+    assert rows["rows in orders_log"] == rows["rows in orders_plain"] > rows["rows in orders_flat"]
+
+
+@pytest.mark.integration
+@pytest.mark.spark
 def test_sink_tables_bench(tmp_path: Path) -> None:
     result = _run_bench("sink_tables", tmp_path, "--no-sequential", timeout=420)
     _assert_measured(result, "sink_tables")
