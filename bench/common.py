@@ -23,13 +23,16 @@ which is :func:`service.local.start_broker`: the same brokers the tests and ``cd
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +47,7 @@ __all__ = [
     "Info",
     "Ratio",
     "bench_parser",
+    "bench_workdir",
     "broker_pids",
     "brokers_of",
     "interleaved",
@@ -64,6 +68,19 @@ RESULTS_DIR = Path(__file__).resolve().parents[1] / "var" / "bench"
 
 BENCH_BROKERS = ("kafka", "tansu")
 """The brokers a bench can start (:data:`service.local.BROKERS`), in the order ``--broker both`` runs them."""
+
+
+@contextlib.contextmanager
+def bench_workdir(kept: Path | None, prefix: str = "cdcnorm-bench-") -> Iterator[Path]:
+    """The bench's working folder: ``kept`` (``--workdir``: made if missing, left in place), else
+    a temporary one removed at the end."""
+    workdir = kept or Path(tempfile.mkdtemp(prefix=prefix))
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        yield workdir
+    finally:
+        if kept is None:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def bench_parser(description: str, broker: str | None = None, *, both: bool = False,

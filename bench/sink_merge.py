@@ -40,10 +40,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -56,6 +54,7 @@ from bench.common import (
     BenchReport,
     Ratio,
     bench_parser,
+    bench_workdir,
     percentile,
     rss_bytes,
     start_bench_broker,
@@ -620,18 +619,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         params={"changes": size.changes, "keys": size.keys, "batches": size.batches,
                 "memory_batch": size.memory_batch, "fresh_rate": size.fresh_rate, "parts": sorted(parts)},
     )
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="cdcnorm-bench-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    try:
+    with bench_workdir(args.workdir) as workdir:
         if "merge" in parts:
             merge_throughput(report, size, workdir)
         if "delta" in parts:
             row_delta_throughput(report, size, workdir)
         if parts & {"memory", "freshness"}:
             sink_process_runs(report, size, workdir, parts, args.broker)
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
     return report.finish(args)
 
 

@@ -20,15 +20,13 @@ Run: ``python -m bench.sink_shapes [--size tiny|small|full]``. Sizes as ``bench.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.common import BenchReport, Ratio, bench_parser
+from bench.common import BenchReport, Ratio, bench_parser, bench_workdir
 from bench.sink_merge import SIZES, TOPIC, Size, change_batches, sink_config, write_job
 from sink.changes import SinkChange, TableBatch
 
@@ -114,13 +112,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     size = SIZES[args.size]
     report = BenchReport("sink_shapes", args.size, params={"changes": size.changes, "keys": size.keys, "batches": size.batches})
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="cdcnorm-bench-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    try:
+    with bench_workdir(args.workdir) as workdir:
         shapes(report, size, workdir)
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
     return report.finish(args)
 
 

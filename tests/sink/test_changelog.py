@@ -53,8 +53,8 @@ def test_every_change_is_appended_once_and_a_replay_adds_nothing(spark: Any, bro
     redeliveries, stale changes, a new column) into three changelog tables. ``driver-append``:
     the tables are partitioned and the compiled commit helper is off, so each batch is appended
     by the driver through Spark (the row delta's fallback)."""
-    history = scripted_history(n_keys=16, n_changes=200, seed=21)
-    history.batches = [history.events[i:i + 40] for i in range(0, len(history.events), 40)]
+    history = scripted_history(n_keys=16, n_changes=120, seed=21)
+    history.batches = [history.events[i:i + 50] for i in range(0, len(history.events), 50)]
     namespace = "changelog_files" if compiled else "changelog_driver"
     shape = CHANGELOG if compiled else {**CHANGELOG, "partition_by": ["bucket(2, __cdc_op)"]}
     config = scripted_config(namespace=namespace, deleted_keys_table=f"{namespace}_meta.deleted_keys",

@@ -129,8 +129,8 @@ def _table_versions(spark: Any, tid: str, key: tuple[str, ...], columns: list[st
 @pytest.mark.integration
 @pytest.mark.spark
 def test_history_tables_hold_every_version_and_a_replay_changes_nothing(spark: Any, broker: ScriptedBroker) -> None:
-    history = scripted_history(n_keys=12, n_changes=160, seed=29)
-    history.batches = [history.events[i:i + 40] for i in range(0, len(history.events), 40)]
+    history = scripted_history(n_keys=12, n_changes=120, seed=29)
+    history.batches = [history.events[i:i + 50] for i in range(0, len(history.events), 50)]
     namespace = "history_mode"
     config = scripted_config(namespace=namespace, deleted_keys_table=f"{namespace}_meta.deleted_keys",
                              tables={"shop.orders": {"mode": "history", "partition_by": ["bucket(2, customer)"]},

@@ -114,7 +114,7 @@ def test_rows_moving_between_partitions_leave_one_row_on_both_commit_paths(
     deletes after moves, partial rows, a truncate, redeliveries, stale changes, a new column) into
     partitioned, sorted tables: the row-delta path (its equality deletes apply to every
     partition) and the MERGE path each end with exactly the expected rows."""
-    history = _in_batches(scripted_history(n_keys=16, n_changes=240, seed=11), 30)
+    history = _in_batches(scripted_history(n_keys=16, n_changes=150, seed=11), 40)
     namespace = f"parted_{mode.replace('-', '_')}"
     config = scripted_config(
         namespace=namespace, deleted_keys_table=f"{namespace}_meta.deleted_keys", upsert_mode=mode,
@@ -148,7 +148,7 @@ def test_partition_evolution_mid_stream(spark: Any, broker: ScriptedBroker) -> N
     """The spec changes between two runs of the sink: the table evolves (metadata only: the old
     files keep their spec), the new files take the new spec, and a row written under the old spec
     that moves or goes afterwards leaves no trace."""
-    history = _in_batches(scripted_history(n_keys=16, n_changes=240, seed=5), 30)
+    history = _in_batches(scripted_history(n_keys=16, n_changes=150, seed=5), 40)
     namespace = "evolving"
     first = {"shop.orders": {"partition_by": ["bucket(4, customer)"]}, "shop.users": {"partition_by": ["tenant"]}}
     second = {"shop.orders": {"partition_by": ["days(day)", "truncate(2, customer)"]},
