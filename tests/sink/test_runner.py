@@ -15,6 +15,7 @@ from sink.config import SinkConfig
 from sink.iceberg import IncompatibleSchemaError
 from sink.runner import BatchReport, MicroBatchSink, _Batch
 from sink.source import Range
+from sink.table_settings import TableMode
 from sink.tasks import TableFiles, TableSummary
 from sink.write_plan import WriteMethod, WritePlan
 
@@ -178,6 +179,9 @@ class FakeTables:
 
     def maintenance_due(self, table: tuple[str, str]) -> bool:
         return False
+
+    def mode_of(self, table: tuple[str, str]) -> TableMode:
+        return TableMode.UPSERT
 
     def _work(self, name: str) -> None:
         with self.lock:
