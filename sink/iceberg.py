@@ -55,6 +55,7 @@ from sink.tasks import (
 )
 from sink.types import ColumnSpec, widening
 from sink.write_plan import WriteMethod, WritePlan, plan_write
+from transforms.envelope import Operation
 from transforms.errors import CdcnormError
 
 if TYPE_CHECKING:
@@ -687,7 +688,7 @@ class IcebergTables:
                 counts["appends"] = len(batch.appends)
             else:
                 self._with_commit_properties(props, lambda: self.history.apply(tid, state.key, batch.appends))
-                counts["deletes"] = sum(c.op.value == "d" for c in batch.appends)
+                counts["deletes"] = sum(c.op is Operation.DELETE for c in batch.appends)
                 counts["upserts"] = len(batch.appends) - counts["deletes"]
             self._committed(state, props, None, None)
             return counts
