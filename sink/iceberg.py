@@ -84,7 +84,7 @@ OWNER_PROPERTY = "cdcnorm.owner"
 # per sequence class (sink.tasks.seq_class), the newest sequence the table has been given (rows,
 # deletes, truncates): a batch whose changes are all newer can skip the MERGE's comparison
 NEWEST_PROPERTY = "cdcnorm.newest"
-# what the table holds (sink.table_settings.TableMode: upsert, changelog), set when it is created
+# what the table holds (sink.table_settings.TableMode: upsert, changelog, history), set when it is created
 MODE_PROPERTY = "cdcnorm.mode"
 # the snapshot the commit's offsets and sequences were read from (its writer's view of the table):
 # the cdcnorm commits between it and this one, by another writer of the same group, are folded in
