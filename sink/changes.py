@@ -57,6 +57,7 @@ __all__ = [
     "SinkChange",
     "TableBatch",
     "compact",
+    "in_source_order",
     "key_text",
     "ordering",
     "parse_record",
@@ -444,6 +445,12 @@ def _fold(prev: SinkChange, nxt: SinkChange) -> SinkChange:
     return replace(nxt, row=row, unavailable=frozenset(still), filled=filled)
 
 
+def in_source_order(changes: Iterable[SinkChange]) -> list[SinkChange]:
+    """``changes`` in source order (their sequences): the order :func:`compact` folds them in
+    and a changelog or history table records them in."""
+    return sorted(changes, key=_SEQ)
+
+
 def compact(changes: Iterable[SinkChange]) -> dict[tuple[str, str], TableBatch]:
     """Group changes by table and keep the last change per key in source order.
 
@@ -451,7 +458,7 @@ def compact(changes: Iterable[SinkChange]) -> dict[tuple[str, str], TableBatch]:
     """
     batches: dict[tuple[str, str], TableBatch] = {}
     latest: dict[tuple[str, str], dict[tuple[Any, ...], SinkChange]] = {}
-    for change in sorted(changes, key=_SEQ):
+    for change in in_source_order(changes):
         batch = batches.get(change.table)
         if batch is None:
             batch = batches[change.table] = TableBatch(change.table)

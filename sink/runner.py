@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 from prometheus_client import Counter, Gauge, Histogram
 
 from sink.arrow import storage_options
-from sink.changes import SinkChange, TableBatch, compact
+from sink.changes import SinkChange, TableBatch, compact, in_source_order
 from sink.config import SinkConfig
 from sink.faults import crash_point
 from sink.health import SinkHealth
@@ -61,7 +61,6 @@ from sink.tasks import (
     TableSummary,
     TaskSummary,
     first_item,
-    in_source_order,
     of_tables,
     read_partition,
     route,

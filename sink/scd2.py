@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sink.sql import quote, sql_string
+from sink.tasks import OP_COLUMN, SEQ_COLUMN, TS_COLUMN
 from transforms.envelope import Operation
 
 if TYPE_CHECKING:
@@ -43,9 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HISTORY_COLUMNS", "Event", "HistoryWriter", "versions"]
 
-SEQ = "__cdc_seq"
-TS = "__cdc_ts_ms"
-OP = "__cdc_op"
+SEQ, TS, OP = SEQ_COLUMN, TS_COLUMN, OP_COLUMN  # the columns every table of the sink has
 END_SEQ = "__cdc_end_seq"
 VALID_FROM = "__valid_from"
 VALID_TO = "__valid_to"

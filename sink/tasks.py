@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from sink.changes import SinkChange, compact, key_text
+from sink.changes import SinkChange, compact, in_source_order, key_text
 from sink.partitioning import PartitionField
 from sink.source import BadRecord, RangeRead, ReadTask, TopicPartition, parser_for, read_task
 from sink.table_settings import SortTerm
@@ -46,7 +46,6 @@ __all__ = [
     "TaskSummary",
     "changelog_row",
     "first_item",
-    "in_source_order",
     "of_tables",
     "read_partition",
     "route",
@@ -380,11 +379,6 @@ def changelog_row(ch: SinkChange, committed_at: dt.datetime) -> dict[str, Any]:
     row[OFFSET_COLUMN] = ch.offset
     row[COMMITTED_AT_COLUMN] = committed_at
     return row
-
-
-def in_source_order(changes: Iterable[SinkChange]) -> list[SinkChange]:
-    """``changes`` in source order (their sequences), the order a changelog records them in."""
-    return sorted(changes, key=lambda c: c.seq)
 
 
 def _data_row(ch: SinkChange, with_op: bool = False) -> dict[str, Any]:

@@ -50,6 +50,21 @@ class ScriptedBroker:
         assert self.producer.flush(10) == 0
         return len(records)
 
+    def stop(self, sink: MicroBatchSink) -> None:
+        """Close ``sink`` (it leaves its group) before the test starts another."""
+        sink.close()
+        self.sinks.remove(sink)
+
+    def rewind(self, sink: MicroBatchSink, group: str) -> None:
+        """Stop ``sink`` and move its ``group``'s offsets back to the start of every topic: the
+        next sink of the group replays everything."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        self.stop(sink)
+        reset = Consumer({"bootstrap.servers": self.address, "group.id": group})
+        reset.commit(offsets=[TopicPartition(t, 0, 0) for t in TOPICS], asynchronous=False)
+        reset.close()
+
     def close(self) -> None:
         """Destroy the producer before its broker stops (else librdkafka logs every failed reconnect)."""
         self.producer.flush(5)

@@ -78,13 +78,7 @@ def test_every_change_is_appended_once_and_a_replay_adds_nothing(spark: Any, bro
     users = _log(spark, sink.tables.table_id(("shop", "users")), "tenant")
     assert any(r["__cdc_op"] == "t" for r in users), "the truncate is a row of the changelog"
     # a replay of the same offsets (the group's offsets reset to the start) adds nothing
-    sink.close()
-    broker.sinks.remove(sink)
-    from confluent_kafka import Consumer, TopicPartition
-
-    reset = Consumer({"bootstrap.servers": broker.address, "group.id": config.group_id})
-    reset.commit(offsets=[TopicPartition(t, 0, 0) for t in TOPICS], asynchronous=False)
-    reset.close()
+    broker.rewind(sink, config.group_id)
     again = scripted_sink(spark, config, broker, compiled=compiled)
     report = again.run_batch()
     assert report.appends == 0 and report.skipped_applied > 0, report.line()

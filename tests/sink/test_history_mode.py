@@ -13,7 +13,6 @@ import pytest
 from sink.scd2 import Event, versions
 from tests.sink.history import History, scripted_history
 from tests.sink.scripted import (  # noqa: F401 (the spark and broker fixtures)
-    TOPICS,
     ScriptedBroker,
     scripted_broker,
     scripted_config,
@@ -157,13 +156,7 @@ def test_history_tables_hold_every_version_and_a_replay_changes_nothing(spark: A
     tid = sink.tables.table_id(("shop", "orders"))
     before = sorted(map(tuple, spark.table(tid).collect()))
     # a replay of the same offsets (the group's offsets reset to the start) changes nothing
-    sink.close()
-    broker.sinks.remove(sink)
-    from confluent_kafka import Consumer, TopicPartition
-
-    reset = Consumer({"bootstrap.servers": broker.address, "group.id": config.group_id})
-    reset.commit(offsets=[TopicPartition(t, 0, 0) for t in TOPICS], asynchronous=False)
-    reset.close()
+    broker.rewind(sink, config.group_id)
     again = scripted_sink(spark, config, broker)
     report = again.run_batch()
     assert report.skipped_applied > 0, report.line()

@@ -160,8 +160,7 @@ def test_partition_evolution_mid_stream(spark: Any, broker: ScriptedBroker) -> N
         broker.feed(history, i)
         sink.run_batch()
     assert _spec(spark, sink, (namespace, "orders")) == ["bucket[4](customer)"]
-    sink.close()
-    broker.sinks.remove(sink)
+    broker.stop(sink)
     sink = scripted_sink(spark, scripted_config(tables=second, **common), broker)
     for i in range(half, len(history.batches)):
         broker.feed(history, i)
