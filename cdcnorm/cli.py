@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import os
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, BinaryIO
@@ -480,27 +482,48 @@ def up(
             _print_up_summary(live.console, result, keep=keep)
 
         try:
-            result = run_up(
-                bootstrap=bootstrap,
-                redis_url=redis_url,
-                duration_s=duration,
-                keep=keep,
-                prefix=topic_prefix,
-                with_sink=sink,
-                broker=broker.value,
-                catalog=catalog.value,
-                progress=lambda line: live.update(Text(line)),
-                log=lambda line: live.console.print(line, markup=False, highlight=False),
-                on_ready=ready,
-            )
+            with _signals_interrupt(signal.SIGTERM, signal.SIGHUP):  # as Ctrl-C: everything started is stopped
+                result = run_up(
+                    bootstrap=bootstrap,
+                    redis_url=redis_url,
+                    duration_s=duration,
+                    keep=keep,
+                    prefix=topic_prefix,
+                    with_sink=sink,
+                    broker=broker.value,
+                    catalog=catalog.value,
+                    progress=lambda line: live.update(Text(line)),
+                    log=lambda line: live.console.print(line, markup=False, highlight=False),
+                    on_ready=ready,
+                )
         except LocalServiceError as exc:
             live.stop()
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(1) from None
+        except KeyboardInterrupt:  # before the pipeline ran (while services started): they are stopped
+            live.stop()
+            typer.echo("interrupted; stopped everything `up` started", err=True)
+            raise typer.Exit(130) from None
     if keep and result.finished:
         console.print("stopped everything `up` started", markup=False, highlight=False)
     if not result.finished:
         raise typer.Exit(1)
+
+
+@contextlib.contextmanager
+def _signals_interrupt(*signals: signal.Signals) -> Iterator[None]:
+    """Within the block, ``signals`` interrupt as Ctrl-C does (``KeyboardInterrupt``), so a
+    terminal closed (SIGHUP) or a ``kill`` (SIGTERM) runs the same clean-up; restored after."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _print_up_summary(console: Console, result: Any, *, keep: bool) -> None:

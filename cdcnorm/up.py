@@ -285,6 +285,7 @@ def run_up(
             stdout=(workdir / "worker.log").open("ab"),
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            start_new_session=True,  # stopped by `up` before the broker, not by the terminal's Ctrl-C
         )
         worker_proc = LocalProcess("worker", worker, f"http://127.0.0.1:{web_port}", workdir / "worker.log")
         started.append(worker_proc)

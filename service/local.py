@@ -173,8 +173,11 @@ def _spawn(name: str, cmd: list[str], log_dir: Path | None, env: Mapping[str, st
         log_dir.mkdir(parents=True, exist_ok=True)
         log_path = log_dir / f"{name}.log"
         out = log_path.open("ab")
+    # a session of its own, as the Kafka nodes have: a terminal's Ctrl-C reaches the program that
+    # started it, which stops it in order (a worker before the broker it flushes to), not everything at once
     proc = subprocess.Popen(
-        cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env or os.environ)
+        cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env or os.environ),
+        start_new_session=True,
     )
     if log_path is not None:
         out.close()

@@ -5,9 +5,11 @@ line in a process of its own."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -135,6 +137,15 @@ def test_validate_config_reports_every_problem_in_one_run(tmp_path: Path) -> Non
                     "sink.catalog.type"], err
 
 
+def test_a_missing_key_is_named_without_the_section_as_its_value(tmp_path: Path) -> None:
+    """A file without ``topics:`` says that key is not set, not the whole document as its value."""
+    config = tmp_path / "pipeline.yaml"
+    config.write_text("broker: {bootstrap_servers: 'k:9092'}\nsink: {topics: [a]}\n")
+    done = cdcnorm("validate-config", str(config))
+    assert done.returncode == 1
+    assert done.stderr.decode().splitlines() == ["topics=(not set): required key is missing"]
+
+
 def test_transform_shows_the_records_headers(tmp_path: Path) -> None:
     """A primary-key change: Debezium's delete of the old key names the new one in a header."""
     update = tmp_path / "pk-change.txt"
@@ -161,3 +172,16 @@ def test_key_lines_keeps_a_key_a_lenient_decoder_would_also_read_as_a_message(tm
     # document's (its id an io.debezium.data.Json), not learnt from the key line's string
     [id_field] = record["key"]["schema"]["fields"]
     assert id_field["name"] == "io.debezium.data.Json"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_up_takes_a_kill_or_a_closed_terminal_as_ctrl_c(signum: signal.Signals) -> None:
+    """`cdcnorm up` stops what it started on SIGTERM and SIGHUP as on Ctrl-C (its clean-up runs
+    on ``KeyboardInterrupt``); the handlers are restored after."""
+    from cdcnorm.cli import _signals_interrupt
+
+    before = signal.getsignal(signum)
+    with pytest.raises(KeyboardInterrupt), _signals_interrupt(signal.SIGTERM, signal.SIGHUP):
+        os.kill(os.getpid(), signum)
+        time.sleep(5)  # the handler interrupts this
+    assert signal.getsignal(signum) is before

@@ -690,6 +690,7 @@ def validation_errors(
             reason = "unknown key"
         elif err.get("type") == "missing":
             reason = "required key is missing"
+            value = "(not set)"  # the error's input is the section that lacks it, not a value of the key
         reason = mask_url(reason.removeprefix("Value error, "))
         if loc in document.originals and not is_secret_key(path):
             reason += f" (from {document.originals[loc]})"
