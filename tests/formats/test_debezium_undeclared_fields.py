@@ -159,3 +159,23 @@ def test_a_null_default_is_written_back_as_no_default() -> None:
     (value,) = process(doc)
     source_out = next(f for f in value["schema"]["fields"] if f["field"] == "source")
     assert "default" not in next(m for m in source_out["fields"] if m["field"] == "snapshot")
+
+
+@pytest.mark.parametrize("source", ["kept", "renamed"])
+def test_a_declared_extra_field_must_hold_what_its_schema_says(source: str) -> None:
+    """An extra envelope field is written back as it came, so a required one that is null is the
+    record's error (JsonConverter refuses it: "Invalid null value for required STRUCT field"),
+    whether or not the envelope declares a connector's source block (the fuzz found it with the
+    source field renamed: the record then gets cdcnorm's own block, and the renamed field stayed)."""
+    doc = golden_messages()[0]
+    fields = list(doc["schema"]["fields"])
+    if source == "renamed":
+        fields = [{**f, "field": "origin"} if f["field"] == "source" else f for f in fields]
+        extra = "origin"
+    else:
+        fields.append({"type": "struct", "optional": False, "field": "extra", "fields": [
+            {"type": "string", "optional": True, "field": "a"}]})
+        extra = "extra"
+    with pytest.raises(DecodeError) as info:
+        process({"schema": {**doc["schema"], "fields": fields}, "payload": doc["payload"]})
+    assert info.value.field == extra and "null in a required field" in str(info.value)

@@ -487,8 +487,13 @@ class ConnectEnvelopeReader:
                 layout = NativeLayout(None, None, extra_fields, tuple(payload))
                 self._schemaless_layouts.put(ident, layout)
             extras = {n: source_field_value(payload[n]) for n, _ in kinds}
-        else:
+        else:  # declared by the envelope's schema: written back as they came, so they must be what it says
             extras = {f["field"]: payload.get(f["field"]) for f in layout.extra_fields}
+            for col, field in zip(self._extra_columns(layout), layout.extra_fields, strict=True):
+                extras[field["field"]] = check_json_value(col, extras[field["field"]], field["field"])
+                # JsonConverter writes a field's default for null: a null there is not what it reads back
+                if "default" in field and extras[field["field"]] is None:
+                    raise FieldError(field["field"], "null in a field with a default")
         if layout.source_schema is None:  # typed from its values when emitted: JSON text for the rest
             if not all(source):
                 raise FieldError("source", "a source field without a name")
@@ -500,16 +505,9 @@ class ConnectEnvelopeReader:
                 return None
             if len(source) != len(members):  # a missing optional field: JsonConverter writes it as null
                 source = {c.name: source.get(c.name) for c in members}
-            for col, field in zip(self._extra_columns(layout), layout.extra_fields, strict=True):
-                extras[field["field"]] = check_json_value(col, extras[field["field"]], field["field"])
-            # JsonConverter writes a field's default for null: a null there is not what it reads back
-            for fields, values, where in (
-                (layout.source_schema.get("fields", ()), source, "source."),
-                (layout.extra_fields, extras, ""),
-            ):
-                for field in fields:
-                    if "default" in field and values.get(field["field"], 0) is None:
-                        raise FieldError(where + field["field"], "null in a field with a default")
+            for field in layout.source_schema.get("fields", ()):  # a default: as for the extra fields above
+                if "default" in field and source.get(field["field"], 0) is None:
+                    raise FieldError("source." + field["field"], "null in a field with a default")
             if layout.transaction_schema is not None:
                 column = self.struct_columns(
                     {"type": "struct", "fields": [layout.transaction_schema]}, "schema"
