@@ -34,6 +34,7 @@ from typing import Any
 
 import orjson
 
+from sink.table_settings import TableNames
 from sink.types import ColumnSpec, SinkColumn, columns_from_schema
 from transforms.avro import AvroMappingError, connect_payload, connect_schema
 from transforms.decoders import DECODERS
@@ -73,7 +74,7 @@ class ChangeParseError(CdcnormError, ValueError):
 class SinkChange:
     """One row change for the sink."""
 
-    table: tuple[str, str]  # (namespace, table)
+    table: tuple[str, str]  # (namespace, table) in the sink's catalog (sink.table_settings.TableNames)
     op: Operation
     key: tuple[Any, ...] | None
     row: dict[str, Any] | None  # after image (before image for deletes)
@@ -88,6 +89,9 @@ class SinkChange:
     # columns whose value was taken from an earlier change of the same batch (see ``_fold``),
     # each with the sequence of the change it came from
     filled: dict[str, str] = field(default_factory=dict, hash=False)
+    # the source's (db, table) where the catalog name differs (sink.namespace, a `name` template):
+    # what sink.tables' patterns match
+    source: tuple[str, str] | None = None
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # Changes are pickled into the read job's cache and out of it in the write job, about
@@ -95,11 +99,12 @@ class SinkChange:
         # rebuilt by call); as one flat tuple with the op's letter it is under half of that.
         return _change, (
             self.table, self.op.value, self.key, self.row, self.seq, self.ts_ms, self.columns, self.key_columns,
-            self.topic, self.partition, self.offset, self.unavailable or None, self.filled or None,
+            self.topic, self.partition, self.offset, self.unavailable or None, self.filled or None, self.source,
         )
 
 
 _OPERATIONS = {op.value: op for op in Operation}
+_SOURCE_NAMES = TableNames({}, None)  # tables named as the source names them
 _SEQ = operator.attrgetter("seq")
 _NOTHING_UNAVAILABLE: frozenset[str] = frozenset()
 
@@ -107,12 +112,12 @@ _NOTHING_UNAVAILABLE: frozenset[str] = frozenset()
 def _change(
     table: tuple[str, str], op: str, key: tuple[Any, ...] | None, row: dict[str, Any] | None, seq: str,
     ts_ms: int | None, columns: tuple[ColumnSpec, ...], key_columns: tuple[str, ...], topic: str, partition: int,
-    offset: int, unavailable: frozenset[str] | None, filled: dict[str, str] | None,
+    offset: int, unavailable: frozenset[str] | None, filled: dict[str, str] | None, source: tuple[str, str] | None,
 ) -> SinkChange:
     """A :class:`SinkChange` from its pickled form (``SinkChange.__reduce__``)."""
     return SinkChange(
         table, _OPERATIONS[op], key, row, seq, ts_ms, columns, key_columns, topic, partition, offset,
-        unavailable or _NOTHING_UNAVAILABLE, filled if filled is not None else {},
+        unavailable or _NOTHING_UNAVAILABLE, filled if filled is not None else {}, source,
     )
 
 
@@ -210,19 +215,21 @@ class RecordParser:
     writer schemas it has read, and for schemaless JSON the inferred column types per table.
     """
 
-    def __init__(self, registry: Any = None) -> None:
+    def __init__(self, registry: Any = None, names: TableNames | None = None) -> None:
         self._registry = registry
+        self._names = names or _SOURCE_NAMES
         self._avro: dict[int, tuple[Any, dict[str, Any]]] = {}  # schema id -> (fastavro schema, Connect schema)
         self._schemaless: Any = None  # the debezium-json decoder that types schemaless records
 
     @classmethod
-    def from_settings(cls, settings: Any) -> RecordParser:
-        """A parser with the registry of ``sink.schema_registry`` (``None``: JSON only)."""
+    def from_settings(cls, settings: Any, names: TableNames | None = None) -> RecordParser:
+        """A parser with the registry of ``sink.schema_registry`` (``None``: JSON only) that names
+        tables by ``names`` (``None``: as the source does)."""
         if settings is None:
-            return cls()
+            return cls(None, names)
         from cdcnorm_common.registry import registry_client
 
-        return cls(registry_client(settings))
+        return cls(registry_client(settings), names)
 
     def parse(
         self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None
@@ -245,7 +252,7 @@ class RecordParser:
             doc, key_doc = self._typed(topic, partition, offset, key_doc, doc, where)
             if doc is None:
                 return None
-        return _parse_document(topic, partition, offset, key_doc, doc)
+        return _parse_document(topic, partition, offset, key_doc, doc, self._names)
 
     def _document(self, data: bytes, where: str) -> Any:
         """A record part as a JSON document: parsed JSON, or an Avro record as ``{schema, payload}``."""
@@ -329,7 +336,7 @@ def parse_record(
 
 
 def _parse_document(
-    topic: str, partition: int, offset: int, key_doc: Any, doc: dict[str, Any]
+    topic: str, partition: int, offset: int, key_doc: Any, doc: dict[str, Any], names: TableNames
 ) -> SinkChange | None:
     """The change in a record's value document (with its Connect schema) and key document."""
     payload = doc["payload"]
@@ -340,10 +347,12 @@ def _parse_document(
     except ValueError:
         raise ChangeParseError(f"{topic}[{partition}]@{offset}: unknown op {payload[OP]!r}") from None
     source = payload.get(SOURCE) or {}
-    namespace = source.get("db") or source.get("schema") or "default"
+    schema = source.get("schema")
+    db = source.get("db") or schema or "default"
     table = source.get("table")
     if not table:
         raise ChangeParseError(f"{topic}[{partition}]@{offset}: source.table missing")
+    target = names.target(db, schema, table, topic)
     row_schema = _row_schema(doc.get("schema"))
     if row_schema is None:
         raise ChangeParseError(f"{topic}[{partition}]@{offset}: the record's schema has no `after` field")
@@ -377,7 +386,7 @@ def _parse_document(
             by_name[k].decode(key_payload.get(k)) if k in by_name else key_payload.get(k) for k in key_cols
         )
     return SinkChange(
-        table=(namespace, table),
+        table=target,
         op=op,
         key=key_tuple,
         row=row,
@@ -389,6 +398,7 @@ def _parse_document(
         partition=partition,
         offset=offset,
         unavailable=frozenset(unavailable),
+        source=None if target[0] == db and target[1] == table else (db, table),
     )
 
 

@@ -162,14 +162,20 @@ class SinkConfig(_Strict):
     trigger_interval_seconds: float = Field(5.0, gt=0)
     max_records_per_batch: int = Field(200_000, gt=0)
     poll_timeout_seconds: float = Field(1.0, gt=0)
-    namespace: str | None = Field(None, description="Iceberg namespace for all tables (default: source db).")
+    namespace: str | None = Field(None, description="Iceberg namespace of the tables (default: source db; a sink.tables name template may name its own).")
     write_mode: WriteMode = WriteMode.MERGE_ON_READ
     table_properties: dict[str, str] = Field(default_factory=dict)
+    history_cache_rows: int = Field(
+        500_000, ge=0,
+        description="How many current versions of history tables (sink.tables mode history) the sink keeps in "
+                    "memory, across its tables, to close them without reading the table: an ordered batch is then "
+                    "a row delta. A table whose current versions do not fit has them read per batch. 0: always read.",
+    )
     tables: dict[TablePattern, TableSettings] = Field(
         default_factory=dict,
         description=(
             "Per-table settings by glob over the source's <db>.<table> (shop.orders, shop.*, *; the most "
-            "specific pattern wins): partition_by, sort_by, properties. See docs/sink.md, \"Table shapes\"."
+            "specific pattern wins): name, mode, partition_by, sort_by, properties. See docs/sink.md, \"Table shapes\"."
         ),
     )
     catalog: CatalogConfig = Field(default_factory=CatalogConfig)

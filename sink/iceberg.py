@@ -38,10 +38,18 @@ from sink.deleted_keys import DeletedKeys
 from sink.faults import crash_point
 from sink.maintenance import drop_dangling_equality_deletes
 from sink.merge import MergeWriter, after_truncate, truncate_sql
+from sink.ownership import OWNER_PROPERTY, TableOwnershipError, claim, verify_owner
 from sink.retry import TableWriteError
-from sink.scd2 import HISTORY_COLUMNS, HistoryWriter
+from sink.scd2 import HISTORY_COLUMNS, HistoryWriter, in_order
 from sink.sql import DISTRIBUTION_PROPERTIES, location_clause, older_than, quote, sql_string
-from sink.table_settings import DEFAULT_SETTINGS, TableMode, TableSettings, settings_for
+from sink.table_settings import (
+    DEFAULT_SETTINGS,
+    TableMode,
+    TableNames,
+    TableSettings,
+    differing_sources,
+    settings_for,
+)
 from sink.table_shape import TableLayout, TableSettingsError, apply_shape, layout_of
 from sink.tasks import (
     CHANGELOG_COLUMNS,
@@ -50,6 +58,7 @@ from sink.tasks import (
     TABLE_COLUMN,
     TS_COLUMN,
     TableFiles,
+    TablePlan,
     TableSummary,
     seq_class,
 )
@@ -79,8 +88,6 @@ OFFSETS_PROPERTY = "cdcnorm.offsets"
 # it is remembered (sink.deleted_keys_retention_seconds), like the offsets
 TRUNCATED_PROPERTY = "cdcnorm.truncated"
 KEY_PROPERTY = "cdcnorm.key-columns"
-# the group_id of the sink that writes the table (check_owner): one writer per table
-OWNER_PROPERTY = "cdcnorm.owner"
 # per sequence class (sink.tasks.seq_class), the newest sequence the table has been given (rows,
 # deletes, truncates): a batch whose changes are all newer can skip the MERGE's comparison
 NEWEST_PROPERTY = "cdcnorm.newest"
@@ -100,23 +107,6 @@ class ConcurrentCommitError(CdcnormError):
     """Another writer (a second sink of the same group, during a rollout) committed to the table
     after the snapshot this sink's offsets and sequences were read from: the batch is read again
     and its offsets re-checked against the table (:meth:`sink.runner.MicroBatchSink.run`)."""
-
-
-class TableOwnershipError(CdcnormError):
-    """Another sink owns the table (:data:`OWNER_PROPERTY`): this sink stops without writing it."""
-
-    def __init__(self, tid: str, owner: str | None, group: str) -> None:
-        super().__init__(
-            f"table {tid} belongs to another sink: its {OWNER_PROPERTY} table property names consumer group "
-            f"{owner!r}, and this sink's group_id is {group!r}. Two sinks writing one table conflict on every "
-            "commit, and with a catalog that cannot fence concurrent commits (hadoop on a local or object-store "
-            "file system) can lose changes, so this sink stops without writing it. If that sink is gone for good "
-            f"and this one replaces it, set sink.take_over_tables_from: {owner!r} (or clear the marker: ALTER TABLE "
-            f"{tid} UNSET TBLPROPERTIES ('{OWNER_PROPERTY}')) and start this sink again; a sink still running "
-            "under that group then stops at its next micro-batch."
-        )
-        self.table = tid
-        self.owner = owner
 
 
 def _not_found(exc: Exception) -> bool:
@@ -178,22 +168,27 @@ class IcebergTables:
         self._callback_lock = threading.Lock()
         self._jcatalog: Any = None
         self._jtables: dict[tuple[str, str], Any] = {}  # Java Table handles (java_table)
+        self._sources: dict[tuple[str, str], set[tuple[str, str]]] = {}  # note_sources
         self._catalog_lock = threading.Lock()
         self.deleted_keys = DeletedKeys(spark, config, self.java_table)  # the deleted-keys memory (sink.deleted_keys)
         self.merger = MergeWriter(spark, self.deleted_keys.table_id)  # the MERGE path's Spark SQL (sink.merge)
-        self.history = HistoryWriter(spark)  # history tables' versions (sink.scd2)
+        self.history = HistoryWriter(spark, config.history_cache_rows)  # history tables' versions (sink.scd2)
 
     # -- naming -----------------------------------------------------------------------
 
+    # A table is its (namespace, name) in the catalog: the parser names it (sink.table_settings.
+    # TableNames: sink.namespace, a `name` template), ``sources`` keeps which source tables land
+    # in it (what sink.tables' patterns match), where they are named otherwise.
+
     def namespace_id(self, table: tuple[str, str]) -> str:
-        return f"{quote(self.config.catalog.name)}.{quote(self.config.namespace or table[0])}"
+        return f"{quote(self.config.catalog.name)}.{quote(table[0])}"
 
     def table_id(self, table: tuple[str, str]) -> str:
         return f"{self.namespace_id(table)}.{quote(table[1])}"
 
     def iceberg_name(self, table: tuple[str, str]) -> str:
         """``namespace.table`` as the deleted-keys memory and log lines name a table."""
-        return f"{self.config.namespace or table[0]}.{table[1]}"
+        return f"{table[0]}.{table[1]}"
 
     # -- the Iceberg Java API -----------------------------------------------------------
 
@@ -245,7 +240,7 @@ class IcebergTables:
         return table
 
     def _java(self, table: tuple[str, str], refresh: bool = True) -> Any:
-        return self.java_table((self.config.namespace or table[0], table[1]), refresh)
+        return self.java_table(table, refresh)
 
     def _key_ids(self, table: tuple[str, str], jt: Any) -> list[int]:
         """The Iceberg field ids of the table's key (looked up once)."""
@@ -327,9 +322,22 @@ class IcebergTables:
         """What the table holds (known once it exists: :meth:`ensure_columns`)."""
         return self._state[self.table_id(table)].mode
 
+    def note_sources(self, table: tuple[str, str], sources: set[tuple[str, str]]) -> None:
+        """Remember the source tables a batch read for ``table`` where they are named otherwise
+        (their ``sink.tables`` settings are the table's); sources whose settings differ in
+        anything but the name pause the table (:class:`TableSettingsError`)."""
+        known = self._sources.setdefault(table, set())
+        if not sources <= known and (problem := differing_sources(self.config.tables, known | sources)):
+            raise TableSettingsError(f"table {self.table_id(table)}: {problem}")
+        known |= sources
+
     def settings_of(self, table: tuple[str, str]) -> TableSettings:
-        """The table's ``sink.tables`` settings (by its source ``db.table``)."""
-        return settings_for(self.config.tables, table[0], table[1]) if self.config.tables else DEFAULT_SETTINGS
+        """The table's ``sink.tables`` settings: those of its source ``db.table``."""
+        if not self.config.tables:
+            return DEFAULT_SETTINGS
+        sources = self._sources.get(table)
+        db, name = min(sources) if sources else table
+        return settings_for(self.config.tables, db, name)
 
     def layout(self, table: tuple[str, str]) -> TableLayout:
         """The table's partition spec and write order as the write tasks need them (read once,
@@ -374,7 +382,7 @@ class IcebergTables:
             return
         tid = self.table_id(table)
         if owner is None or owner == self.config.take_over_tables_from:
-            self._claim(jt, tid, owner)
+            claim(jt, tid, self.config.group_id, owner)
             return
         raise TableOwnershipError(tid, owner, self.config.group_id)
 
@@ -382,8 +390,9 @@ class IcebergTables:
         """Claim every table of the catalog (of ``sink.namespace``, else of every namespace) that
         the sink of group ``previous`` owns; returns their ids."""
         cat = quote(self.config.catalog.name)
-        if self.config.namespace:
-            namespaces = [self.config.namespace]
+        fixed = TableNames(self.config.tables, self.config.namespace).fixed_namespace
+        if fixed:
+            namespaces = [fixed]
         else:
             namespaces = [r[0] for r in self.spark.sql(f"SHOW NAMESPACES IN {cat}").collect()]
         claimed = []
@@ -393,29 +402,13 @@ class IcebergTables:
                 jt = self.java_table((ns, name))
                 if jt is not None and jt.properties().get(OWNER_PROPERTY) == previous:
                     tid = f"{cat}.{quote(ns)}.{quote(name)}"
-                    self._claim(jt, tid, previous)
+                    claim(jt, tid, self.config.group_id, previous)
                     claimed.append(tid)
         return claimed
 
-    def _claim(self, jt: Any, tid: str, previous: str | None) -> None:
-        """Set this sink's group as the table's owner, then read it back: of two sinks claiming
-        at once, the one whose claim was overwritten stops (:class:`TableOwnershipError`)."""
-        group = self.config.group_id
-        jt.updateProperties().set(OWNER_PROPERTY, group).commit()
-        self._verify_owner(jt, tid)
-        log.warning(
-            "table %s now belongs to this sink (group %s); it %s", tid, group,
-            f"belonged to group {previous}" if previous else "had no owner",
-        )
-
-    def _verify_owner(self, jt: Any, tid: str) -> None:
-        jt.refresh()
-        owner = jt.properties().get(OWNER_PROPERTY)
-        if owner != self.config.group_id:
-            raise TableOwnershipError(tid, owner, self.config.group_id)
-
     def ensure_table(self, batch: TableBatch) -> str:
         """Create the table, or add new columns / apply safe widening. Returns the table id."""
+        self.note_sources(batch.table, {c.source for c in (*batch.changes, *batch.appends) if c.source is not None})
         return self.ensure_columns(batch.table, batch.columns, batch.key_columns)
 
     def ensure_columns(self, table: tuple[str, str], columns: tuple[ColumnSpec, ...], key: tuple[str, ...]) -> str:
@@ -500,9 +493,9 @@ class IcebergTables:
         }
         props_sql = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
         props_sql += f", '{OWNER_PROPERTY}'={sql_string(self.config.group_id)}"
-        location = location_clause(self.config.catalog.table_location, self.config.namespace or table[0], table[1])
+        location = location_clause(self.config.catalog.table_location, table[0], table[1])
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS {tid} ({', '.join(defs)}) USING iceberg{location} TBLPROPERTIES ({props_sql})")
-        self._verify_owner(self._java(table), tid)  # another sink may have created it first
+        verify_owner(self._java(table), tid, self.config.group_id)  # another sink may have created it first
         if key and self.config.write_mode is WriteMode.COPY_ON_WRITE:
             # Iceberg 1.9.2 on Spark 3.5 fails merge-on-read writes to tables with identifier
             # fields ("Cannot add fieldId 1 as an identifier field"); the key is then kept in
@@ -678,6 +671,7 @@ class IcebergTables:
             # offsets were read from: a commit since then is found here, and the batch read again
             raise TableWriteError(tid, ConcurrentCommitError(f"table {tid} changed since snapshot {state.snapshot_id}"))
         counts = {"upserts": 0, "deletes": 0, "appends": 0, "truncates": 0, "unkeyed": 0}
+        snapshot: int | None = None  # the snapshot this sink committed itself (None: Spark's, looked up later)
         if state.mode is not TableMode.UPSERT:
             # every change a row, or a version (the batch's changes, uncompacted: sink.runner)
             newest_log: dict[str, str] = {}
@@ -687,10 +681,13 @@ class IcebergTables:
                 self._with_commit_properties(props, lambda: self.merger.append_changelog(tid, state, batch.appends))
                 counts["appends"] = len(batch.appends)
             else:
-                self._with_commit_properties(props, lambda: self.history.apply(tid, state.key, batch.appends))
+                snapshot = self._history_delta(batch, state, tid, props)
+                if snapshot is None:
+                    self._with_commit_properties(props, lambda: self.history.apply(tid, state.key, batch.appends))
+                counts["row_delta"] = int(snapshot is not None)
                 counts["deletes"] = sum(c.op is Operation.DELETE for c in batch.appends)
                 counts["upserts"] = len(batch.appends) - counts["deletes"]
-            self._committed(state, props, None, None)
+            self._committed(state, props, None, snapshot)
             return counts
         truncated = self._truncate_watermark(state, batch.truncate_seq)
         newest: dict[str, str] = {}
@@ -764,6 +761,34 @@ class IcebergTables:
         self._committed(state, props, truncated, snapshot)
         return True
 
+    def _history_delta(self, batch: TableBatch, state: _TableState, tid: str, props: dict[str, str]) -> int | None:
+        """Write an ordered history batch as a row delta (:meth:`sink.scd2.HistoryWriter.write_delta`);
+        returns its snapshot, or ``None`` when it is to be MERGEd (late changes, a truncate, a
+        value Parquet cannot hold here, a partitioned table the commit helper cannot write)."""
+        from sink.arrow import Unrepresentable, storage_options
+
+        table = batch.table
+        layout = self.layout(table)
+        if not in_order(batch.appends, self.newest_sequences(table)) or (layout.partition and not (
+                layout.row_deltas and self.commits.partitions)):
+            return None
+        location, schema = self.plan_of(table)
+        plan = TablePlan(table, self.iceberg_name(table), location, schema, state.key, {}, layout.partition, layout.sort)
+        jt = self._java(table, refresh=False)  # refreshed by this batch's conflict check
+        key_ids = [*self._key_ids(table, jt), jt.schema().findField(SEQ_COLUMN).fieldId()]
+        committed: list[int] = []
+
+        def commit(files: TableFiles) -> int:
+            crash_point("mid-merge")
+            committed.append(self.commits.commit(table, jt, files, key_ids, props, state.snapshot_id))
+            return committed[-1]
+
+        try:
+            self.history.write_delta(tid, jt, plan, batch.appends, commit, storage_options(self.config.catalog.properties))
+        except Unrepresentable as exc:
+            log.info("table %s: %s; the batch is MERGEd", tid, exc)
+        return committed[-1] if committed else None
+
     def _truncate_watermark(self, state: _TableState, truncate_seq: str | None) -> tuple[str, int] | None:
         """The truncate to remember with this batch's commit: the batch's own, else the table's
         last one while it is within ``deleted_keys_retention_seconds``."""
@@ -827,7 +852,7 @@ class IcebergTables:
         m = self.config.maintenance
         tid = self.table_id(table)
         cat = quote(self.config.catalog.name)
-        ident = f"{quote(self.config.namespace or table[0])}.{quote(table[1])}"
+        ident = f"{quote(table[0])}.{quote(table[1])}"
         self.spark.sql(
             f"CALL {cat}.system.rewrite_data_files(table => '{ident}', "
             f"options => map('min-input-files', '{m.min_input_files}', 'delete-file-threshold', '1', "

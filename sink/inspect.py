@@ -129,11 +129,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m sink.inspect")
     parser.add_argument("--config", required=True)
     parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--meta", action="store_true", help="keep the sink's __cdc_seq and __cdc_ts_ms columns")
     args = parser.parse_args()
     from sink.main import load_sink_config
 
     config, _ = load_sink_config(Path(args.config))
-    sys.stdout.buffer.write(orjson.dumps(read_tables(config, args.limit)) + b"\n")
+    sys.stdout.buffer.write(orjson.dumps(read_tables(config, args.limit, args.meta)) + b"\n")
     return 0
 
 

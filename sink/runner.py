@@ -52,7 +52,7 @@ from sink.plan import Partitions, driver_conf, subscription
 from sink.retry import Backoff, describe_failure, failure_reason, is_retried
 from sink.source import Range, TopicPartition, reader_conf, split_tasks
 from sink.spark_session import build_spark, local_cores
-from sink.table_settings import TableMode
+from sink.table_settings import TableMode, TableNames
 from sink.table_shape import TableSettingsError
 from sink.tasks import (
     DeletedKeysFile,
@@ -544,6 +544,7 @@ class MicroBatchSink:
             read_partition,
             conf=reader_conf(self.consumer_conf, self.bootstrap_servers, self.config.group_id),
             registry=self.config.schema_registry,
+            names=TableNames(self.config.tables, self.config.namespace),
             # a range ends at its end or where a fetch returns nothing; this is only the
             # bound on a broker that does not answer
             stall_seconds=max(STALL_SECONDS, self.config.poll_timeout_seconds),
@@ -599,6 +600,7 @@ class MicroBatchSink:
         merges: dict[Table, WritePlan] = {}
         for table, summary in todo.items():
             try:
+                tables.note_sources(table, summary.sources)
                 tables.ensure_columns(table, tuple(summary.columns.values()), summary.key_columns)
             except (IncompatibleSchemaError, TableSettingsError) as exc:
                 self._pause(table, str(exc), summary, batch)
@@ -743,6 +745,10 @@ class MicroBatchSink:
                 self._pause(table, str(outcome), batch.tables[table], batch)
             elif isinstance(outcome, BaseException):
                 failures.append(outcome)
+            elif outcome.pop("row_delta", 0):  # an ordered history batch (sink.scd2)
+                TABLE_WRITES.labels(WriteMethod.ROW_DELTA.value).inc()
+                report.row_deltas += 1
+                self._account(report, table, batch.tables[table], outcome)
             else:
                 TABLE_WRITES.labels(WriteMethod.MERGE.value).inc()
                 report.merges += 1

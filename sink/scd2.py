@@ -24,17 +24,30 @@ current version of the keys the batch does not touch (``WHEN NOT MATCHED BY SOUR
 
 The offsets and sequences go in the MERGE's snapshot summary, as for every table
 (:mod:`sink.iceberg`).
+
+**Ordered batches without a MERGE** (:meth:`HistoryWriter.write_delta`). When every change of a
+batch is newer than anything the table was given and none truncates it (a stream read in order,
+the usual case), only the keys' *current* versions can change: each gets its end, and the new
+versions follow it. The writer then writes the new versions and the closed ones as a Parquet data
+file and an equality-delete file on (key, ``__cdc_seq``) of the versions it closes, committed in one
+``RowDelta`` as upserts are: no MERGE, no scan of the table. The current versions it closes come
+from :class:`CurrentVersions`, the table's current versions as this sink's last commit left them
+(loaded once per run with one read of the table's current versions while they fit
+``sink.history_cache_rows``, then kept up to date by each commit); a table whose current versions
+do not fit, or that changed since by a commit other than a compaction, has its touched keys'
+current versions read per batch instead.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sink.sql import quote, sql_string
-from sink.tasks import OP_COLUMN, SEQ_COLUMN, TS_COLUMN
+from sink.tasks import OP_COLUMN, SEQ_COLUMN, TS_COLUMN, TableFiles, TablePlan, seq_class
 from transforms.envelope import Operation
 
 if TYPE_CHECKING:
@@ -42,7 +55,7 @@ if TYPE_CHECKING:
 
     from sink.changes import SinkChange
 
-__all__ = ["HISTORY_COLUMNS", "Event", "HistoryWriter", "versions"]
+__all__ = ["HISTORY_COLUMNS", "CurrentVersions", "Event", "HistoryWriter", "in_order", "versions"]
 
 SEQ, TS, OP = SEQ_COLUMN, TS_COLUMN, OP_COLUMN  # the columns every table of the sink has
 END_SEQ = "__cdc_end_seq"
@@ -129,11 +142,172 @@ def versions(stored: Sequence[dict[str, Any]], changes: Iterable[Event], data_co
     return [r for r in rows if r[SEQ] not in have or have[r[SEQ]].get(END_SEQ) != r[END_SEQ]]
 
 
-class HistoryWriter:
-    """Applies a history table's micro-batch (see the module) with Spark SQL."""
+def in_order(changes: Iterable[SinkChange], newest: dict[str, str] | None) -> bool:
+    """Whether every change is newer than anything the table was given (``newest``: per sequence
+    class, as :mod:`sink.write_plan` compares them; ``None``: not known) and none truncates it.
 
-    def __init__(self, spark: SparkSession) -> None:
+    >>> from types import SimpleNamespace as C
+    >>> in_order([C(seq="s0005", op=Operation.UPDATE)], {"s": "s0004"}), in_order([C(seq="s0004", op=Operation.UPDATE)], {"s": "s0004"})
+    (True, False)
+    """
+    if newest is None:
+        return False
+    for c in changes:
+        if c.op is Operation.TRUNCATE:
+            return False
+        cls = seq_class(c.seq)
+        stored = newest.get(cls)
+        if (stored is not None and c.seq <= stored) or (cls != "s" and "s" in newest):
+            return False
+    return True
+
+
+def key_of(values: Iterable[Any]) -> tuple[Any, ...]:
+    """A key as the history writer compares keys: a zoned datetime as its UTC wall time (as Spark
+    returns a ``timestamp`` in the sink's UTC session), binary as ``bytes``."""
+    return tuple(
+        v.astimezone(dt.UTC).replace(tzinfo=None) if isinstance(v, dt.datetime) and v.tzinfo is not None
+        else bytes(v) if isinstance(v, bytearray) else v
+        for v in values
+    )
+
+
+def unchanged_since(jt: Any, snapshot_id: int | None) -> bool:
+    """Whether the Java table ``jt`` holds the rows it held at ``snapshot_id`` (``None``: before
+    its first snapshot): every snapshot since is a compaction (operation ``replace``)."""
+    snapshot = jt.currentSnapshot()
+    while snapshot is not None and snapshot.snapshotId() != snapshot_id:
+        if snapshot.operation() != "replace":
+            return False
+        parent = snapshot.parentId()
+        snapshot = jt.snapshot(parent) if parent is not None else None
+    return snapshot is not None or snapshot_id is None
+
+
+@dataclass
+class CurrentVersions:
+    """A history table's current version per key as of its snapshot ``snapshot_id`` (every key
+    that has one: a key not here has none)."""
+
+    snapshot_id: int | None
+    rows: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
+
+
+def _plain(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: bytes(v) if isinstance(v, bytearray) else v for k, v in row.items()}
+
+
+class HistoryWriter:
+    """Applies a history table's micro-batch (see the module): a row delta for an ordered batch
+    (:meth:`write_delta`), else one MERGE (:meth:`apply`). ``budget_rows``: how many current
+    versions the writer keeps in memory across its tables (``sink.history_cache_rows``)."""
+
+    def __init__(self, spark: SparkSession, budget_rows: int = 0) -> None:
         self.spark = spark
+        self.budget = budget_rows
+        self._current: dict[str, CurrentVersions] = {}  # by table id
+        self._lock = threading.Lock()  # tables are written in parallel (the runner's table pool)
+
+    def _read(self, tid: str, key: tuple[str, ...], keys: Iterable[tuple[Any, ...]], current_only: bool,
+              ) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+        """The stored versions of ``keys`` (a semi-join on the key), per key."""
+        table = self.spark.table(tid)
+        if current_only:
+            table = table.where(quote(IS_CURRENT))
+        key_schema = table.select(*[quote(k) for k in key]).schema
+        frame = self.spark.createDataFrame(list(keys), key_schema)
+        stored: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        for r in table.join(frame, on=list(key), how="left_semi").collect():
+            row = _plain(r.asDict())
+            stored.setdefault(key_of(row[k] for k in key), []).append(row)
+        return stored
+
+    def current_versions(self, tid: str, jt: Any, key: tuple[str, ...], keys: Sequence[tuple[Any, ...]],
+                         ) -> dict[tuple[Any, ...], dict[str, Any]]:
+        """The current versions of ``keys`` (keys without one are left out): from the table's
+        :class:`CurrentVersions` while it holds the table's rows, loaded first when they fit the
+        budget; else read."""
+        with self._lock:
+            cached = self._current.get(tid)
+            if cached is not None and not unchanged_since(jt, cached.snapshot_id):
+                del self._current[tid]
+                cached = None
+            room = self.budget - sum(len(c.rows) for t, c in self._current.items() if t != tid)
+        if cached is None and room > 0:
+            snapshot = jt.currentSnapshot()
+            at = None if snapshot is None else snapshot.snapshotId()
+            rows = [] if at is None else self.spark.sql(
+                f"SELECT * FROM {tid} VERSION AS OF {at} WHERE {quote(IS_CURRENT)} LIMIT {room + 1}").collect()
+            if len(rows) <= room:
+                loaded = (_plain(r.asDict()) for r in rows)
+                cached = CurrentVersions(at, {key_of(row[k] for k in key): row for row in loaded})
+                with self._lock:
+                    self._current[tid] = cached
+        if cached is not None:
+            return {k: cached.rows[k] for k in keys if k in cached.rows}
+        return {k: versions[0] for k, versions in self._read(tid, key, keys, current_only=True).items()}
+
+    def _remember(self, tid: str, key: tuple[str, ...], keys: Iterable[tuple[Any, ...]], written: list[dict[str, Any]],
+                  snapshot_id: int) -> None:
+        """The table's current versions after this sink's commit ``snapshot_id`` of ``written``."""
+        with self._lock:
+            cached = self._current.get(tid)
+            if cached is None:
+                return
+            for k in keys:
+                cached.rows.pop(k, None)
+            for row in written:
+                if row[IS_CURRENT]:
+                    cached.rows[key_of(row[k] for k in key)] = row
+            cached.snapshot_id = snapshot_id
+            if sum(len(c.rows) for c in self._current.values()) > self.budget:
+                del self._current[tid]  # read per batch from now on
+
+    def write_delta(self, tid: str, jt: Any, plan: TablePlan, changes: Sequence[SinkChange],
+                    commit: Callable[[TableFiles], int], storage: tuple[tuple[str, str], ...] = ()) -> int:
+        """Write an ordered batch (:func:`in_order`) as a row delta (see the module): the new
+        versions and the current versions they close as data, the closed ones' (key,
+        ``__cdc_seq``) as equality deletes; ``commit`` commits the files and returns the snapshot.
+        Returns how many version rows were written. Raises :class:`sink.arrow.Unrepresentable`
+        (nothing written) for a value a Parquet file cannot hold here: MERGE instead."""
+        from sink.arrow import (
+            arrow_schema,
+            new_data_path,
+            select,
+            table_filesystem,
+            to_arrow_table,
+            write_parquet,
+        )
+        from sink.tasks import write_rows
+
+        key = plan.key
+        by_key: dict[tuple[Any, ...], list[Event]] = {}
+        for c in changes:
+            if c.key is not None:
+                by_key.setdefault(key_of(c.key), []).append(Event.of(c))
+        schema = arrow_schema(plan.schema_json)
+        data_columns = [f.name for f in schema if f.name not in HISTORY_COLUMNS]
+        current = self.current_versions(tid, jt, key, list(by_key))
+        out: list[dict[str, Any]] = []
+        closed: list[dict[str, Any]] = []
+        for k, events in by_key.items():
+            stored = current.get(k)
+            rows = versions([stored] if stored is not None else [], events, data_columns)
+            out += rows
+            if stored is not None and any(r[SEQ] == stored[SEQ] for r in rows):
+                closed.append({c: stored[c] for c in (*key, SEQ)})
+        if not out:
+            return 0
+        fs = table_filesystem(plan.location, storage)
+        deletes = None
+        if closed:
+            deletes = to_arrow_table(select(schema, (*key, SEQ)), closed)
+        data, parts = write_rows(plan, schema, out, fs)
+        if deletes is not None:
+            deletes = write_parquet(deletes, new_data_path(plan.location, "eq-deletes"), filesystem=fs)
+        snapshot = commit(TableFiles(plan.table, data, deletes, parts, upserts=len(out)))
+        self._remember(tid, key, by_key, out, snapshot)
+        return len(out)
 
     def apply(self, tid: str, key: tuple[str, ...], changes: Sequence[SinkChange]) -> int:
         """Apply ``changes`` (the batch's changes of the table, any order); returns how many
@@ -142,16 +316,10 @@ class HistoryWriter:
         by_key: dict[tuple[Any, ...], list[Event]] = {}
         for c in changes:
             if c.key is not None and c.op is not Operation.TRUNCATE:
-                by_key.setdefault(c.key, []).append(Event.of(c))
+                by_key.setdefault(key_of(c.key), []).append(Event.of(c))
         table = self.spark.table(tid)
         data_columns = [n for n in table.columns if n not in HISTORY_COLUMNS]
-        stored: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-        if by_key:
-            key_schema = table.select(*[quote(k) for k in key]).schema
-            keys = self.spark.createDataFrame(list(by_key), key_schema)
-            for r in table.join(keys, on=list(key), how="left_semi").collect():
-                row = r.asDict()
-                stored.setdefault(tuple(row[k] for k in key), []).append(row)
+        stored = self._read(tid, key, by_key, current_only=False) if by_key else {}
         cutoffs = [Event(t.seq, Operation.TRUNCATE.value, None, t.ts_ms) for t in truncates]
         out: list[dict[str, Any]] = []
         for k, events in by_key.items():

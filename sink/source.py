@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from sink.changes import ChangeParseError, RecordParser, SinkChange
+from sink.table_settings import TableNames
 
 __all__ = ["BadRecord", "Range", "RangeRead", "ReadTask", "parser_for", "read_task", "reader_conf", "split_tasks"]
 
@@ -148,16 +149,16 @@ def _consumer(conf: Mapping[str, Any]) -> Any:
     return consumer
 
 
-_parsers: dict[str, RecordParser] = {}
+_parsers: dict[tuple[str, TableNames | None], RecordParser] = {}
 
 
-def parser_for(registry: Any) -> RecordParser:
+def parser_for(registry: Any, names: TableNames | None = None) -> RecordParser:
     """The record parser of a Python worker for these schema registry settings (``None``: JSON
-    only), kept for its later tasks with the writer schemas it has read."""
-    key = "" if registry is None else registry.model_dump_json()
+    only) and table names, kept for its later tasks with the writer schemas it has read."""
+    key = ("" if registry is None else registry.model_dump_json(), names)
     parser = _parsers.get(key)
     if parser is None:
-        parser = _parsers[key] = RecordParser.from_settings(registry)
+        parser = _parsers[key] = RecordParser.from_settings(registry, names)
     return parser
 
 

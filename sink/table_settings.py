@@ -1,5 +1,5 @@
-"""Per-table settings (``sink.tables``): a table's partition spec, write order and Iceberg
-properties, chosen by glob patterns over the source's ``<db>.<table>``.
+"""Per-table settings (``sink.tables``): a table's name, partition spec, write order, mode and
+Iceberg properties, chosen by glob patterns over the source's ``<db>.<table>``.
 
 The partition terms are written as Spark DDL writes them (``bucket(16, id)``, ``days(created_at)``,
 ``truncate(4, sku)``, ``hours(ts)``, ``months(d)``, ``years(d)``, a plain column for identity) and
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import fnmatch
 import re
+import string
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated
@@ -21,12 +23,16 @@ from typing import Annotated
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 __all__ = [
+    "NAME_FIELDS",
     "PartitionTerm",
     "SortTerm",
     "TableMode",
+    "TableNames",
     "TablePattern",
     "TableSettings",
+    "check_name_template",
     "check_pattern",
+    "differing_sources",
     "parse_partition_term",
     "parse_sort_term",
     "settings_for",
@@ -161,6 +167,11 @@ class TableSettings(BaseModel):
         None, description="The table's write order: `column [ASC|DESC] [NULLS FIRST|LAST]`. [] : unsorted. Not set: "
                           "an existing table's order is left as it is."
     )
+    name: str | None = Field(
+        None, description="The table's identifier in the catalog, a template over {db}, {schema}, {table} and {topic}: "
+                          "`<namespace>.<table>` or `<table>` alone (then in sink.namespace, else the source db). "
+                          "Dots in a value become underscores. Not set: <sink.namespace or db>.<table>.",
+    )
     properties: dict[str, str] = Field(default_factory=dict, description="Iceberg table properties of these tables.")
     mode: TableMode = Field(
         TableMode.UPSERT,
@@ -169,6 +180,11 @@ class TableSettings(BaseModel):
                     "version of a row with __valid_from/__valid_to/__is_current (SCD type 2; keyed tables). Fixed "
                     "when the table is created.",
     )
+
+    @field_validator("name")
+    @classmethod
+    def _name_template(cls, value: str | None) -> str | None:
+        return value if value is None else check_name_template(value)
 
     @field_validator("partition_by")
     @classmethod
@@ -238,6 +254,41 @@ def check_pattern(pattern: str) -> str:
     return pattern
 
 
+NAME_FIELDS = ("db", "schema", "table", "topic")
+
+
+def check_name_template(template: str) -> str:
+    """A ``name`` template: ``<namespace>.<table>`` or ``<table>``, each part literal text and
+    ``{db}``, ``{schema}``, ``{table}``, ``{topic}``.
+
+    >>> check_name_template("raw.{db}_{table}")
+    'raw.{db}_{table}'
+    >>> check_name_template("{database}.{table}")
+    Traceback (most recent call last):
+    ...
+    ValueError: '{database}.{table}': unknown placeholder {database} (one of {db}, {schema}, {table}, {topic})
+    """
+    fields = ", ".join("{" + f + "}" for f in NAME_FIELDS)
+    parts = template.split(".")
+    if len(parts) > 2:
+        raise ValueError(f"{template!r}: at most one dot, <namespace>.<table> or <table> (dots in a value become _)")
+    if any(not p.strip() for p in parts):
+        raise ValueError(f"{template!r}: an empty namespace or table name")
+    for part in parts:
+        try:
+            parsed = list(string.Formatter().parse(part))
+        except ValueError as exc:
+            raise ValueError(f"{template!r}: {exc} (write a literal brace twice: {{{{ }}}})") from None
+        for _, name, spec, conversion in parsed:
+            if name is None:
+                continue
+            if name not in NAME_FIELDS:
+                raise ValueError(f"{template!r}: unknown placeholder {{{name}}} (one of {fields})")
+            if spec or conversion:
+                raise ValueError(f"{template!r}: {{{name}}} takes no format or conversion")
+    return template
+
+
 TablePattern = Annotated[str, AfterValidator(check_pattern)]
 """A ``sink.tables`` key (checked with the values, so every problem is reported at once)."""
 
@@ -258,3 +309,87 @@ def settings_for(tables: dict[str, TableSettings], db: str, table: str) -> Table
             if best is None or score > best[0]:
                 best = (score, settings)
     return DEFAULT_SETTINGS if best is None else best[1]
+
+
+def differing_sources(tables: dict[str, TableSettings], sources: Iterable[tuple[str, str]]) -> str | None:
+    """Why source tables named into one table cannot share it: settings that differ in anything
+    but the name; ``None`` when they agree.
+
+    >>> t = {"a.*": TableSettings(name="x.{table}"), "b.*": TableSettings(name="x.{table}", mode=TableMode.CHANGELOG)}
+    >>> differing_sources(t, [("a", "t"), ("b", "t")])
+    'its sources a.t and b.t have different sink.tables settings (mode, partitioning, order or properties); give them one, or names that keep them apart'
+    """
+    shapes: list[tuple[TableSettings, list[str]]] = []  # settings apart from the name, their sources
+    for db, name in sorted(sources):
+        settings = settings_for(tables, db, name).model_copy(update={"name": None})
+        same = next((names for shape, names in shapes if shape == settings), None)
+        if same is None:
+            shapes.append((settings, [f"{db}.{name}"]))
+        else:
+            same.append(f"{db}.{name}")
+    if len(shapes) < 2:
+        return None
+    return (f"its sources {' and '.join(', '.join(n) for _, n in shapes)} have different sink.tables settings "
+            "(mode, partitioning, order or properties); give them one, or names that keep them apart")
+
+
+class TableNames:
+    """Where each source table lands in the sink's catalog: ``(namespace, table)``.
+
+    Without a ``name`` template the table keeps its source name, in ``sink.namespace`` when that
+    is set, else in its source db. A template's values are the source's ``db`` (else its schema),
+    ``schema`` (else its db), ``table`` and the record's ``topic``; a dot in a value becomes ``_``
+    so that the template alone decides where the namespace ends.
+
+    >>> names = TableNames({"shop.*": TableSettings(name="raw.{db}_{table}")}, "lake")
+    >>> names.target("shop", None, "orders", "n.shop.orders"), names.target("crm", "public", "users", "t")
+    (('raw', 'shop_orders'), ('lake', 'users'))
+    >>> TableNames({"*": TableSettings(name="{topic}")}, None).target("crm", "public", "users", "n.crm.users")
+    ('crm', 'n_crm_users')
+    """
+
+    __slots__ = ("_cache", "_key", "_namespace", "_tables", "_templated")
+
+    def __init__(self, tables: dict[str, TableSettings], namespace: str | None) -> None:
+        self._tables = tables
+        self._namespace = namespace
+        self._templated = any(s.name for s in tables.values())
+        self._cache: dict[tuple[str, str | None, str, str], tuple[str, str]] = {}
+        # equal namings are one (an executor's parsers are kept per naming, each unpickled anew)
+        self._key = (namespace, tuple((p, s.name) for p, s in tables.items()))
+
+    def __reduce__(self) -> tuple[type[TableNames], tuple[dict[str, TableSettings], str | None]]:
+        return TableNames, (self._tables, self._namespace)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TableNames) and self._key == other._key
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    @property
+    def fixed_namespace(self) -> str | None:
+        """``sink.namespace`` when every table lands in it (no template names a namespace)."""
+        if any(s.name and "." in s.name for s in self._tables.values()):
+            return None
+        return self._namespace
+
+    def target(self, db: str, schema: str | None, table: str, topic: str) -> tuple[str, str]:
+        """The ``(namespace, table)`` the source table ``db.table`` (read from ``topic``) lands in."""
+        if not self._templated:
+            return (self._namespace or db, table)
+        key = (db, schema, table, topic)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self._cache[key] = self._render(db, schema, table, topic)
+        return hit
+
+    def _render(self, db: str, schema: str | None, table: str, topic: str) -> tuple[str, str]:
+        template = settings_for(self._tables, db, table).name
+        namespace = self._namespace or db
+        if template is None:
+            return (namespace, table)
+        values = {"db": db, "schema": schema or db, "table": table, "topic": topic}
+        flat = {k: v.replace(".", "_") for k, v in values.items()}
+        *ns, name = (part.format_map(flat) for part in template.split("."))
+        return (ns[0] if ns else namespace, name)

@@ -24,7 +24,7 @@ from typing import Any
 from sink.changes import SinkChange, compact, in_source_order, key_text
 from sink.partitioning import PartitionField
 from sink.source import BadRecord, RangeRead, ReadTask, TopicPartition, parser_for, read_task
-from sink.table_settings import SortTerm
+from sink.table_settings import SortTerm, TableNames
 from sink.types import ColumnSpec, widening
 from transforms.envelope import Operation
 
@@ -114,6 +114,7 @@ class TableSummary:
     unkeyed: bool = False  # a change of a keyed table without its key
     offsets: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)  # first, last offset
     newest_ts_ms: int | None = None
+    sources: set[tuple[str, str]] = field(default_factory=set)  # the source tables, where named otherwise
 
     def add(self, ch: SinkChange) -> None:
         self.changes += 1
@@ -141,6 +142,8 @@ class TableSummary:
         self.offsets[tp] = (ch.offset, ch.offset) if span is None else (min(span[0], ch.offset), max(span[1], ch.offset))
         if ch.ts_ms is not None and (self.newest_ts_ms is None or ch.ts_ms > self.newest_ts_ms):
             self.newest_ts_ms = ch.ts_ms
+        if ch.source is not None:
+            self.sources.add(ch.source)
 
     def merge(self, other: TableSummary) -> None:
         """Fold another task's summary of the same table into this one."""
@@ -166,6 +169,7 @@ class TableSummary:
             self.offsets[tp] = (first, last) if span is None else (min(span[0], first), max(span[1], last))
         if other.newest_ts_ms is not None and (self.newest_ts_ms is None or other.newest_ts_ms > self.newest_ts_ms):
             self.newest_ts_ms = other.newest_ts_ms
+        self.sources |= other.sources
 
 
 @dataclass
@@ -296,14 +300,14 @@ def write_tables(
             if plan.changelog:
                 committed_at = now.replace(tzinfo=dt.UTC)
                 rows = [changelog_row(c, committed_at) for c in in_source_order(changes)]
-                data, parts = _write_rows(plan, schema, rows, fs)
+                data, parts = write_rows(plan, schema, rows, fs)
                 yield TableFiles(table, data, parts=parts, appends=len(rows), skipped_applied=skipped.get(table, 0))
                 continue
             batch = compact(changes)[table]
             if plan.key:
                 rows = [_data_row(c) for c in batch.changes if c.op is not Operation.DELETE]
                 keys = [dict(zip(plan.key, c.key or (), strict=True)) for c in batch.changes]
-                data, parts = _write_rows(plan, schema, rows, fs)
+                data, parts = write_rows(plan, schema, rows, fs)
                 key_schema = select(schema, plan.key)
                 dels = write_parquet(to_arrow_table(key_schema, keys), new_data_path(plan.location, "eq-deletes"), filesystem=fs) if keys else None
                 deletes = [c for c in batch.changes if c.op is Operation.DELETE]
@@ -314,7 +318,7 @@ def write_tables(
                 )
             else:
                 rows = [_data_row(c, with_op=True) for c in batch.appends]
-                data, parts = _write_rows(plan, schema, rows, fs)
+                data, parts = write_rows(plan, schema, rows, fs)
                 yield TableFiles(table, data, parts=parts, appends=len(rows), skipped_applied=skipped.get(table, 0))
         except Unrepresentable as exc:
             yield TableFiles(table, fallback=str(exc), skipped_applied=skipped.get(table, 0))
@@ -322,7 +326,7 @@ def write_tables(
         yield deleted_keys_file(deleted_keys, remembered, storage)
 
 
-def _write_rows(plan: TablePlan, schema: Any, rows: list[dict[str, Any]], fs: Any) -> tuple[Any, tuple[tuple[Any, str], ...]]:
+def write_rows(plan: TablePlan, schema: Any, rows: list[dict[str, Any]], fs: Any) -> tuple[Any, tuple[tuple[Any, str], ...]]:
     """The data files of ``rows``: one file for an unpartitioned table (``(file, ())``), else one
     per partition with its tuple (``(None, parts)``); each in the table's write order."""
     from sink.arrow import new_data_path, to_arrow_table, write_parquet
@@ -394,12 +398,12 @@ def _data_row(ch: SinkChange, with_op: bool = False) -> dict[str, Any]:
 
 
 def read_partition(
-    index: int, tasks: Iterable[ReadTask], conf: dict[str, Any], registry: Any, stall_seconds: float
+    index: int, tasks: Iterable[ReadTask], conf: dict[str, Any], registry: Any, names: TableNames, stall_seconds: float
 ) -> Iterator[TaskSummary | SinkChange]:
-    """The read job's task: read and parse its ranges (:func:`sink.source.read_task`); yields
-    its :class:`TaskSummary` first, then its changes (all cached in the executor: the summary
-    for the driver, :func:`first_item`; the changes for the write job)."""
-    parser = parser_for(registry)
+    """The read job's task: read and parse its ranges (:func:`sink.source.read_task`), naming
+    each table by ``names``; yields its :class:`TaskSummary` first, then its changes (all cached
+    in the executor: the summary for the driver, :func:`first_item`; the changes for the write job)."""
+    parser = parser_for(registry, names)
     out = TaskSummary(index)
     changes: list[SinkChange] = []
     for task in tasks:

@@ -18,6 +18,7 @@ from service.local import LocalBroker, create_topics
 from sink.config import SinkConfig
 from sink.runner import MicroBatchSink
 from sink.spark_session import build_spark
+from sink.table_settings import TableNames
 from tests.brokers import start_test_broker
 from tests.catalogs import start_test_catalog
 from tests.sink.history import History
@@ -86,6 +87,14 @@ class ScriptedBroker:
 _SESSION_CATALOG: dict[str, Any] = {}
 """The ``catalog`` section of the module's Spark session (set by its ``spark`` fixture): the
 session holds one catalog, so every scripted config of the module writes through it."""
+
+
+def stored_id(sink: MicroBatchSink, table: str, db: str = "shop") -> str:
+    """The catalog id of the scripted source table ``db.table`` as ``sink`` names it
+    (``sink.namespace``, ``name`` templates)."""
+    assert sink.tables is not None
+    names = TableNames(sink.config.tables, sink.config.namespace)
+    return sink.tables.table_id(names.target(db, None, table, f"cdcnorm.{db}.{table}"))
 
 
 def scripted_config(**sink: Any) -> SinkConfig:

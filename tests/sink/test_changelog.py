@@ -18,6 +18,7 @@ from tests.sink.scripted import (  # noqa: F401 (the spark and broker fixtures)
     scripted_config,
     scripted_sink,
     scripted_spark,
+    stored_id,
 )
 from transforms.envelope import EmitOptions, emit
 
@@ -69,17 +70,17 @@ def test_every_change_is_appended_once_and_a_replay_adds_nothing(spark: Any, bro
     want = _expected(history)
     assert appended == sum(len(v) for v in want.values())
     for table, first in (("orders", "id"), ("users", "tenant"), ("events", "msg")):
-        rows = _log(spark, sink.tables.table_id(("shop", table)), first)
+        rows = _log(spark, stored_id(sink, table), first)
         got = [(r["__cdc_offset"], r["__cdc_op"], r[first]) for r in rows]
         assert got == want[f"cdcnorm.shop.{table}"], table
         assert all(r["__cdc_topic"] == f"cdcnorm.shop.{table}" and r["__cdc_partition"] == 0 for r in rows)
         assert all(r["__cdc_committed_at"] is not None and r["__cdc_seq"] for r in rows)
-        assert sink.tables.mode_of(("shop", table)).value == "changelog"
-    users = _log(spark, sink.tables.table_id(("shop", "users")), "tenant")
+        assert sink.tables.mode_of((namespace, table)).value == "changelog"
+    users = _log(spark, stored_id(sink, "users"), "tenant")
     assert any(r["__cdc_op"] == "t" for r in users), "the truncate is a row of the changelog"
     # a replay of the same offsets (the group's offsets reset to the start) adds nothing
     broker.rewind(sink, config.group_id)
     again = scripted_sink(spark, config, broker, compiled=compiled)
     report = again.run_batch()
     assert report.appends == 0 and report.skipped_applied > 0, report.line()
-    assert len(_log(spark, sink.tables.table_id(("shop", "users")), "tenant")) == len(users)
+    assert len(_log(spark, stored_id(sink, "users"), "tenant")) == len(users)

@@ -18,6 +18,7 @@ from tests.sink.scripted import (  # noqa: F401 (the spark and broker fixtures)
     scripted_config,
     scripted_sink,
     scripted_spark,
+    stored_id,
 )
 from transforms.envelope import ChangeEvent, Operation
 
@@ -54,8 +55,8 @@ def _history() -> ScriptedHistory:
 
 def _state(spark: Any, sink: Any) -> tuple[dict[int, str], list[str]]:
     tables = sink.tables
-    orders = tables.table_id(("shop", "orders"))
-    events = tables.table_id(("shop", "events"))
+    orders = stored_id(sink, "orders")
+    events = stored_id(sink, "events")
     got = {r["id"]: r["customer"] for r in spark.table(orders).collect()} if tables._exists(orders) else {}
     msgs = sorted(r["msg"] for r in spark.table(events).collect()) if tables._exists(events) else []
     return got, msgs
@@ -77,7 +78,7 @@ def test_topics_are_read_once_per_interval_and_their_records_wait_in_kafka(
     sink = scripted_sink(spark, config, broker)
     broker.feed(history, 0)
     report = sink.run_batch()  # a topic never read is due at once
-    assert sorted(report.tables) == ["shop.events", "shop.orders"]
+    assert sorted(report.tables) == ["interval.events", "interval.orders"]
     assert _state(spark, sink) == ({1: "a"}, ["zero"])
     first = broker.commits(config.group_id)
     broker.feed(history, 1)
@@ -90,7 +91,7 @@ def test_topics_are_read_once_per_interval_and_their_records_wait_in_kafka(
     sink._last_read[ORDERS_TOPIC] -= HOUR
     broker.feed(history, 2)
     report = sink.run_batch()
-    assert report.tables == ["shop.orders"] and report.rows_read == 3 + 1  # two updates, a delete, its tombstone
+    assert report.tables == ["interval.orders"] and report.rows_read == 3 + 1  # two updates, a delete, its tombstone
     assert _state(spark, sink) == ({1: "a2"}, ["zero"])
     commits = broker.commits(config.group_id)
     assert commits[(ORDERS_TOPIC, 0)] == broker.ends[(ORDERS_TOPIC, 0)]

@@ -17,6 +17,7 @@ from tests.sink.scripted import (  # noqa: F401 (the spark and broker fixtures)
     scripted_config,
     scripted_sink,
     scripted_spark,
+    stored_id,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -49,11 +50,11 @@ def test_both_commit_paths_write_the_same_tables(
     kind = type(sink.tables.commits).__name__
     assert kind == ("CompiledCommits" if compiled else "Py4jCommits")
     assert "not available" not in caplog.text
-    tid = sink.tables.table_id(("shop", "orders"))
+    tid = stored_id(sink, "orders")
     got = (_rows(spark, tid), _summaries(spark, tid))
     assert {r[0] for r in got[0]} == {k[0] for k in history.state["orders"]}
     # the other path's tables, when its test has run (parametrized: compiled first)
-    other = sink.tables.table_id(("shop", "orders")).replace(f"`{namespace}`", "`compiled`")
+    other = stored_id(sink, "orders").replace(f"`{namespace}`", "`compiled`")
     if not compiled:
         want = (_rows(spark, other), _summaries(spark, other))
         assert got[0] == want[0]
@@ -89,7 +90,7 @@ def test_a_longer_history_equals_its_state_on_the_py4j_path(spark: Any, broker: 
     for i in range(len(history.batches)):
         broker.feed(history, i)
         sink.run_batch()
-    orders = {r["id"]: r["customer"] for r in spark.table(sink.tables.table_id(("shop", "orders"))).collect()}
+    orders = {r["id"]: r["customer"] for r in spark.table(stored_id(sink, "orders")).collect()}
     assert orders == {k[0]: row["customer"] for k, row in history.state["orders"].items()}
 
 
@@ -109,7 +110,7 @@ def test_sinks_sharing_a_spark_context_share_one_compiled_helper(spark: Any, bro
         for i in range(len(history.batches)):
             broker.feed(history, i)
             sink.run_batch()
-        rows = spark.table(sink.tables.table_id(("shop", "orders"))).collect()
+        rows = spark.table(stored_id(sink, "orders")).collect()
         assert {r["id"] for r in rows} == {k[0] for k in history.state["orders"]}
 
 

@@ -26,6 +26,7 @@ from tests.sink.scripted import (  # noqa: F401 (the spark and broker fixtures)
     scripted_config,
     scripted_sink,
     scripted_spark,
+    stored_id,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -52,7 +53,7 @@ def test_a_stale_change_of_a_deleted_row_does_not_bring_it_back(spark: Any, brok
     config = _config("remembered")
     sink = scripted_sink(spark, config, broker)
     assert sink.tables is not None
-    tid = sink.tables.table_id(("shop", "orders"))
+    tid = stored_id(sink, "orders")
     seen = []
     modes = []
     for i, want in enumerate(history.states):
@@ -61,7 +62,7 @@ def test_a_stale_change_of_a_deleted_row_does_not_bring_it_back(spark: Any, brok
         assert report.rows_read > 0
         # the loop reports its progress: committed, nothing left to read
         assert report.lag == 0 and sink.health.last_commit is not None and sink.health.liveness()[0]
-        assert "touched=shop.orders" in report.line()
+        assert "touched=remembered.orders" in report.line()
         modes.append((report.row_deltas, report.merges))
         seen.append(_orders(spark, tid))
         assert seen[-1] == _want(want["orders"]), f"after batch {i + 1}: {seen}"
@@ -90,7 +91,7 @@ def test_without_the_memory_the_stale_change_resurrects_the_row(spark: Any, brok
     for i in range(2):
         broker.feed(history, i)
         sink.run_batch()
-    assert _orders(spark, sink.tables.table_id(("shop", "orders"))) == {1: "updated", 2: "other"}
+    assert _orders(spark, stored_id(sink, "orders")) == {1: "updated", 2: "other"}
     assert not sink.tables._exists(sink.tables.deleted_keys.table_id())
 
 
@@ -116,7 +117,7 @@ def _each_batch(spark: Any, broker: ScriptedBroker, tmp_path: Path, history: His
     table's id and the sink."""
     sink = scripted_sink(spark, _config(namespace), broker)
     assert sink.tables is not None
-    tid = sink.tables.table_id(("shop", table))
+    tid = stored_id(sink, table)
     for i, want in enumerate(history.states):
         broker.feed(history, i)
         sink.run_batch()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sink.scd2 import Event, versions
+from sink.scd2 import Event, in_order, key_of, unchanged_since, versions
 from tests.sink.history import History, scripted_history
 from tests.sink.scripted import (  # noqa: F401 (the spark and broker fixtures)
     ScriptedBroker,
@@ -18,6 +18,7 @@ from tests.sink.scripted import (  # noqa: F401 (the spark and broker fixtures)
     scripted_config,
     scripted_sink,
     scripted_spark,
+    stored_id,
 )
 from transforms.envelope import Operation
 from transforms.values import UNAVAILABLE
@@ -125,24 +126,90 @@ def _table_versions(spark: Any, tid: str, key: tuple[str, ...], columns: list[st
     return out
 
 
+def test_only_a_batch_newer_than_the_table_without_a_truncate_is_in_order() -> None:
+    """Which batches the row-delta path takes (the rest are MERGEd): per sequence class, as the
+    upsert's row deltas (sink.write_plan)."""
+
+    class C:
+        def __init__(self, seq: str, op: Operation = Operation.UPDATE) -> None:
+            self.seq, self.op = seq, op
+
+    assert in_order([C("s0005"), C("s0009")], {"s": "s0004"})
+    assert in_order([C("s0001")], {})  # a new table
+    assert not in_order([C("s0005"), C("s0003")], {"s": "s0004"})  # a late change
+    assert not in_order([C("s0005", Operation.TRUNCATE)], {"s": "s0004"})
+    assert not in_order([C("k0001:0005")], {"s": "s0004"})  # no source sequence in a table ordered by them
+    assert in_order([C("k0001:0005")], {"k0001": "k0001:0004", "k0002": "k0002:0009"})
+    assert not in_order([C("s0005")], None)  # not known
+
+
+def test_keys_compare_as_spark_returns_them() -> None:
+    zoned = dt.datetime(2024, 1, 1, 12, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    assert key_of((zoned, bytearray(b"ab"), 3)) == (dt.datetime(2024, 1, 1, 10), b"ab", 3)
+
+
+def test_the_kept_current_versions_hold_while_only_compactions_followed() -> None:
+    class Snapshot:
+        def __init__(self, sid: int, op: str, parent: int | None) -> None:
+            self.sid, self.op, self.parent = sid, op, parent
+
+        def snapshotId(self) -> int:
+            return self.sid
+
+        def operation(self) -> str:
+            return self.op
+
+        def parentId(self) -> int | None:
+            return self.parent
+
+    class Table:
+        def __init__(self, *chain: Snapshot) -> None:
+            self.by_id = {s.sid: s for s in chain}
+            self.current = chain[-1] if chain else None
+
+        def currentSnapshot(self) -> Snapshot | None:
+            return self.current
+
+        def snapshot(self, sid: int) -> Snapshot | None:
+            return self.by_id.get(sid)
+
+    ours = Snapshot(1, "overwrite", None)
+    assert unchanged_since(Table(ours), 1)
+    assert unchanged_since(Table(ours, Snapshot(2, "replace", 1), Snapshot(3, "replace", 2)), 1)  # maintenance
+    assert not unchanged_since(Table(ours, Snapshot(2, "overwrite", 1)), 1)  # another write
+    assert not unchanged_since(Table(Snapshot(5, "replace", None)), 1)  # our snapshot expired: not known
+    assert unchanged_since(Table(), None) and not unchanged_since(Table(ours), None)
+
+
 @pytest.mark.integration
 @pytest.mark.spark
-def test_history_tables_hold_every_version_and_a_replay_changes_nothing(spark: Any, broker: ScriptedBroker) -> None:
+@pytest.mark.parametrize("cache_rows", [500_000, 0])
+def test_history_tables_hold_every_version_and_a_replay_changes_nothing(spark: Any, broker: ScriptedBroker,
+                                                                        cache_rows: int) -> None:
+    """The scripted history into history tables, with the current versions kept in memory
+    (``sink.history_cache_rows``) and read per batch (0): the same versions either way."""
     history = scripted_history(n_keys=12, n_changes=120, seed=29)
     history.batches = [history.events[i:i + 50] for i in range(0, len(history.events), 50)]
-    namespace = "history_mode"
+    namespace = f"history_mode_{'kept' if cache_rows else 'read'}"
     config = scripted_config(namespace=namespace, deleted_keys_table=f"{namespace}_meta.deleted_keys",
+                             history_cache_rows=cache_rows,
                              tables={"shop.orders": {"mode": "history", "partition_by": ["bucket(2, customer)"]},
                                      "shop.users": {"mode": "history"}})
     sink = scripted_sink(spark, config, broker)
+    paths = [0, 0]
     for i in range(len(history.batches)):
         broker.feed(history, i)
-        sink.run_batch()
+        report = sink.run_batch()
+        paths[0] += report.row_deltas
+        paths[1] += report.merges
+    # ordered batches are row deltas (sink.scd2: the current versions kept in memory); the
+    # truncate, the redeliveries and the stale changes at the end are MERGEd
+    assert paths[0] > 0 and paths[1] > 0, paths
     assert sink.tables is not None
     for table, key in (("orders", ("id",)), ("users", ("tenant", "uid"))):
         want = _expected(history, table, key)
         columns = sorted({c for versions_ in want.values() for v in versions_ for c in v[0]})
-        got = _table_versions(spark, sink.tables.table_id(("shop", table)), key, columns)
+        got = _table_versions(spark, stored_id(sink, table), key, columns)
         want = {k: [({c: v[0].get(c) for c in columns}, *v[1:]) for v in vs] for k, vs in want.items()}
         assert set(got) == set(want), table
         for k in want:
@@ -150,10 +217,10 @@ def test_history_tables_hold_every_version_and_a_replay_changes_nothing(spark: A
         assert sum(v[3] for vs in got.values() for v in vs) == len(history.state[table]), "one current version per live key"
         assert any(len(vs) > 2 for vs in got.values()), f"{table}: no key with a history"
     # the stale changes (the lowest sequence, delivered last) are versions in the past, not current
-    stale = [v for vs in _table_versions(spark, sink.tables.table_id(("shop", "orders")), ("id",), ["customer"]).values()
+    stale = [v for vs in _table_versions(spark, stored_id(sink, "orders"), ("id",), ["customer"]).values()
              for v in vs if str(v[0]["customer"]).startswith("STALE")]
     assert stale and not any(v[3] for v in stale), stale
-    tid = sink.tables.table_id(("shop", "orders"))
+    tid = stored_id(sink, "orders")
     before = sorted(map(tuple, spark.table(tid).collect()))
     # a replay of the same offsets (the group's offsets reset to the start) changes nothing
     broker.rewind(sink, config.group_id)

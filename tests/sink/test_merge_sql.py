@@ -119,7 +119,7 @@ def test_one_table_remembers_the_deleted_keys_of_every_table() -> None:
     named = SinkConfig.from_section({"topics": ["t"], "deleted_keys_table": "meta.gone", "namespace": "lakehouse"})
     tables = ice.IcebergTables(FakeSpark(), named)  # type: ignore[arg-type]
     assert tables.deleted_keys.table_id() == "`lake`.`meta`.`gone`"
-    assert tables.iceberg_name(("shop", "orders")) == "lakehouse.orders"
+    assert tables.iceberg_name(("lakehouse", "orders")) == "lakehouse.orders"  # the parser names it (TableNames)
 
 
 def test_the_memory_is_consulted_only_for_changes_a_remembered_delete_can_supersede(

@@ -21,7 +21,9 @@ from tests.sink.scripted import (  # noqa: F401 (the spark and broker fixtures)
     scripted_config,
     scripted_sink,
     scripted_spark,
+    stored_id,
 )
+from transforms.envelope import EmitOptions, emit
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -85,14 +87,14 @@ def _state(spark: Any, tid: str, key: tuple[str, ...]) -> dict[tuple[Any, ...], 
 
 def _assert_history(spark: Any, sink: Any, history: History) -> None:
     """The tables equal the history's state: one row per key, each with the expected values."""
-    orders = _state(spark, sink.tables.table_id(("shop", "orders")), ("id",))
+    orders = _state(spark, stored_id(sink, "orders"), ("id",))
     want = {k: {c: v for c, v in row.items()} for k, row in history.state["orders"].items()}
     assert set(orders) == set(want)
     for k, row in want.items():
         assert {c: orders[k][c] for c in row} == row, k
-    users = _state(spark, sink.tables.table_id(("shop", "users")), ("tenant", "uid"))
+    users = _state(spark, stored_id(sink, "users"), ("tenant", "uid"))
     assert {k: r["name"] for k, r in users.items()} == {k: r["name"] for k, r in history.state["users"].items()}
-    events = sorted(r["n"] for r in spark.table(sink.tables.table_id(("shop", "events"))).collect())
+    events = sorted(r["n"] for r in spark.table(stored_id(sink, "events")).collect())
     assert events == sorted(r["n"] for r in history.appended["events"])
 
 
@@ -134,10 +136,10 @@ def test_rows_moving_between_partitions_leave_one_row_on_both_commit_paths(
     assert _shape_line(shown[f"{namespace}.users"]) == "upsert, partitioned by identity(name)"
     if mode == "row-delta":
         assert row_deltas > 0, "no batch took the row-delta path"
-        files = spark.sql(f"SELECT partition FROM {sink.tables.table_id(('shop', 'users'))}.files").collect()
+        files = spark.sql(f"SELECT partition FROM {stored_id(sink, 'users')}.files").collect()
         assert len({tuple(f["partition"]) for f in files}) > 1, "the users' rows were not written per partition"
         # the equality deletes are global: written with the unpartitioned spec the table began with
-        deletes = spark.sql(f"SELECT DISTINCT spec_id FROM {sink.tables.table_id(('shop', 'users'))}.delete_files "
+        deletes = spark.sql(f"SELECT DISTINCT spec_id FROM {stored_id(sink, 'users')}.delete_files "
                             "WHERE content = 2").collect()
         assert [r["spec_id"] for r in deletes] == [0]
     else:
@@ -169,5 +171,34 @@ def test_partition_evolution_mid_stream(spark: Any, broker: ScriptedBroker) -> N
     assert _spec(spark, sink, (namespace, "orders")) == ["day(day)", "truncate[2](customer)"]
     jt = sink.tables.java_table((namespace, "users"))
     assert jt.properties().get("commit.retry.num-retries") == "7"
-    specs = {r["spec_id"] for r in spark.sql(f"SELECT spec_id FROM {sink.tables.table_id(('shop', 'orders'))}.files").collect()}
+    specs = {r["spec_id"] for r in spark.sql(f"SELECT spec_id FROM {stored_id(sink, 'orders')}.files").collect()}
     assert len(specs) >= 2, f"files of one spec only: {specs}"
+
+
+def test_name_templates_land_tables_where_the_settings_say(spark: Any, broker: ScriptedBroker) -> None:
+    """``name`` templates over {db}, {table} and {topic}: the scripted history lands in the
+    templates' namespace under the rendered names, each table shaped and moded by the settings
+    of its source (``shop.orders`` matches its own pattern, a changelog), the others ending with
+    the expected state; the source names are not created."""
+    history = _in_batches(scripted_history(n_keys=12, n_changes=80, seed=3), 40)
+    config = scripted_config(
+        namespace="names_default", deleted_keys_table="names_meta.deleted_keys",
+        tables={"shop.orders": {"name": "named.{db}_{table}", "mode": "changelog"},
+                "shop.*": {"name": "named.{topic}", "partition_by": ["bucket(2, tenant)"]},
+                "*.events": {"name": "named.{topic}"}},
+    )
+    sink = scripted_sink(spark, config, broker)
+    for i in range(len(history.batches)):
+        broker.feed(history, i)
+        sink.run_batch()
+    shown = read_tables_with(spark, config, None, False)
+    assert {n for n in shown if n.startswith(("named.", "names_default.", "shop."))} == {
+        "named.shop_orders", "named.cdcnorm_shop_users", "named.cdcnorm_shop_events"}
+    assert shown["named.shop_orders"]["mode"] == "changelog"
+    records = [r for r in emit(history.events, EmitOptions(prefix="cdcnorm")) if r.value is not None]
+    assert len(shown["named.shop_orders"]["rows"]) == len([r for r in records if r.topic == "cdcnorm.shop.orders"])
+    assert _shape_line(shown["named.cdcnorm_shop_users"]) == "upsert, partitioned by bucket[2](tenant)"
+    users = _state(spark, stored_id(sink, "users"), ("tenant", "uid"))
+    assert {k: r["name"] for k, r in users.items()} == {k: r["name"] for k, r in history.state["users"].items()}
+    events = sorted(r["n"] for r in spark.table(stored_id(sink, "events")).collect())
+    assert events == sorted(r["n"] for r in history.appended["events"])

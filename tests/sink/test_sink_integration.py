@@ -3,7 +3,8 @@
 A scripted history across 3 tables is produced as normalized records; the sink runs as its own
 process (``python -m sink``) and each Iceberg table must equal the final state computed
 independently in plain Python, under both consumer group protocols (``broker.group_protocol``:
-classic, and KIP-848's consumer protocol on Apache Kafka). The crash test SIGKILLs the sink
+classic, and KIP-848's consumer protocol on Apache Kafka), and in the three table modes
+(``sink.tables``: upsert, changelog, history; see ``RUNS``). The crash test SIGKILLs the sink
 between the Iceberg commit and the offset commit, and between two tables' commits, then restarts it.
 """
 
@@ -63,8 +64,9 @@ def _run(config: Path, *args: str, env: dict[str, str] | None = None, timeout: f
     )
 
 
-def _tables(config: Path) -> dict[str, Any]:
-    proc = _run(config, "sink.inspect")
+def _tables(config: Path, meta: bool = False) -> dict[str, Any]:
+    """What ``python -m sink.inspect`` shows (``meta``: with the sink's sequence columns)."""
+    proc = _run(config, "sink.inspect", *(["--meta"] if meta else []))
     assert proc.returncode == 0, proc.stderr[-3000:]
     tables: dict[str, Any] = orjson.loads(proc.stdout.strip().splitlines()[-1])
     return tables
@@ -78,16 +80,50 @@ def _norm(value: Any) -> Any:
     return value
 
 
+def _current_orders(table: dict[str, Any]) -> list[dict[str, Any]]:
+    """The orders' current rows: the table's rows, or a history table's current versions (each
+    version once)."""
+    if table["mode"] != "history":
+        return list(table["rows"])
+    versions = [(r["id"], r["__cdc_seq"]) for r in table["rows"]]
+    assert len(versions) == len(set(versions)), "versions doubled in shop.orders"
+    assert len(versions) > len({i for i, _ in versions}), "a history with one version per key"
+    return [r for r in table["rows"] if r["__is_current"]]
+
+
+def _current_users(table: dict[str, Any], history: History) -> list[dict[str, Any]]:
+    """The users' current rows: the table's rows, or a changelog folded in source order (each
+    record of the topic once)."""
+    if table["mode"] != "changelog":
+        return list(table["rows"])
+    positions = [(r["__cdc_partition"], r["__cdc_offset"]) for r in table["rows"]]
+    assert len(positions) == len(set(positions)), "changes doubled in the shop.users changelog"
+    records = [r for r in history.records() if r.value is not None and r.topic.endswith(".users")]
+    assert len(positions) == len(records), "changes lost in the shop.users changelog"
+    state: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in sorted(table["rows"], key=lambda r: r["__cdc_seq"]):
+        if r["__cdc_op"] == "t":
+            state.clear()
+        elif r["__cdc_op"] == "d":
+            state.pop((r["tenant"], r["uid"]), None)
+        else:
+            state[(r["tenant"], r["uid"])] = r
+    return list(state.values())
+
+
 def _assert_state(tables: dict[str, Any], history: History) -> None:
-    orders = {r["id"]: r for r in tables["shop.orders"]["rows"]}
-    assert len(orders) == len(tables["shop.orders"]["rows"]), "duplicate keys in shop.orders"
+    """Each table equals the state computed in Python, in whichever mode it was written."""
+    rows = _current_orders(tables["shop.orders"])
+    orders = {r["id"]: r for r in rows}
+    assert len(orders) == len(rows), "duplicate keys in shop.orders"
     want_orders = {k[0]: {c: _norm(v) for c, v in row.items()} for k, row in history.state["orders"].items()}
     assert set(orders) == set(want_orders)
     for key, row in want_orders.items():
         got = {c: orders[key].get(c) for c in row}
         assert got == row, f"orders[{key}]"
-    users = {(r["tenant"], r["uid"]): r["name"] for r in tables["shop.users"]["rows"]}
-    assert len(users) == len(tables["shop.users"]["rows"]), "duplicate keys in shop.users"
+    rows = _current_users(tables["shop.users"], history)
+    users = {(r["tenant"], r["uid"]): r["name"] for r in rows}
+    assert len(users) == len(rows), "duplicate keys in shop.users"
     assert users == {k: v["name"] for k, v in history.state["users"].items()}
     events = sorted((r["msg"], r["n"]) for r in tables["shop.events"]["rows"])
     assert events == sorted((r["msg"], r["n"]) for r in history.appended["events"])
@@ -97,7 +133,12 @@ RUNS = sorted({("consumer", TEST_CATALOG), ("classic", "hadoop")})
 """(group protocol, catalog): the consumer protocol (KIP-848) on the tests' catalog (REST in CI),
 with a replay, and the hadoop catalog's smoke test with the classic protocol (one pass, no
 replay). The classic protocol on REST is ``tests/sink/test_sink_s3.py``'s run: the same history
-through the REST catalog, its warehouse on S3."""
+through the REST catalog, its warehouse on S3.
+
+The tests' catalog's run writes the three modes (``sink.tables``): orders as a history (SCD2),
+users as a changelog, events (keyless) as upserts, i.e. appends; the hadoop run writes upserts."""
+
+MODES = {"*.orders": {"mode": "history"}, "*.users": {"mode": "changelog"}}
 
 
 @pytest.mark.parametrize(("group_protocol", "catalog_kind"), RUNS)
@@ -112,15 +153,19 @@ def test_sink_reaches_the_independently_computed_state(broker: LocalBroker, tmp_
     history = scripted_history(n_keys=30, n_changes=600, seed=11)
     group, db = f"sink-it-{group_protocol}-{catalog_kind}", f"it_{group_protocol}_{catalog_kind}"
     settings = {"group_protocol": group_protocol}
-    config = _produce_as(bootstrap, history, db, tmp_path, group, max_records=250, catalog=catalog, broker=settings)
+    modes = MODES if catalog_kind == TEST_CATALOG else {}
+    config = _produce_as(bootstrap, history, db, tmp_path, group, max_records=250, catalog=catalog, broker=settings,
+                         tables=modes)
     proc = _run(config, "sink", "--once")
     print(proc.stdout[-2000:])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "batch: read=" in proc.stdout
     assert f"joining consumer group {group} (group.protocol={group_protocol})" in proc.stderr
-    tables = {k.replace(f"{db}.", "shop."): v for k, v in _tables(config).items()}
+    tables = {k.replace(f"{db}.", "shop."): v for k, v in _tables(config, meta=True).items()}
     print({k: {x: v[x] for x in ("count", "snapshots", "data_files", "delete_files")} for k, v in tables.items()})
     print(f"records={len(history.records())} orders={tables['shop.orders']['count']} users={tables['shop.users']['count']}")
+    assert {name: tables[f"shop.{name}"]["mode"] for name in ("orders", "users", "events")} == (
+        {"orders": "history", "users": "changelog", "events": "upsert"} if modes else dict.fromkeys(("orders", "users", "events"), "upsert"))
     _assert_state(tables, history)
     if catalog_kind != TEST_CATALOG:  # the hadoop catalog's smoke test: the replay runs on the tests' catalog
         # and `cdcnorm tables` shows what landed, up to --limit rows of each table
@@ -135,11 +180,11 @@ def test_sink_reaches_the_independently_computed_state(broker: LocalBroker, tmp_
     # replay: a new consumer group re-reads everything; the tables must not change (it takes
     # them over: a table belongs to one sink's group, README "One sink per table")
     replay = _config(tmp_path, bootstrap, f"{group}-replay", max_records=250, catalog=catalog, broker=settings,
-                     take_over_tables_from=group)
+                     take_over_tables_from=group, tables=modes)
     replay.write_text(replay.read_text().replace(r"cdcnorm\.shop\..*", rf"cdcnorm\.{db}\..*"))
     proc = _run(replay, "sink", "--once")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    again = {k.replace(f"{db}.", "shop."): v for k, v in _tables(config).items()}
+    again = {k.replace(f"{db}.", "shop."): v for k, v in _tables(config, meta=True).items()}
     for name in ("shop.orders", "shop.users"):
         assert sorted(map(orjson.dumps, again[name]["rows"])) == sorted(map(orjson.dumps, tables[name]["rows"])), name
 
