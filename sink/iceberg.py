@@ -62,7 +62,7 @@ from sink.tasks import (
     TableSummary,
     seq_class,
 )
-from sink.types import ColumnSpec, widening
+from sink.types import ColumnSpec, IncompatibleSchemaError, widening
 from sink.write_plan import WriteMethod, WritePlan, plan_write
 from transforms.envelope import Operation
 from transforms.errors import CdcnormError
@@ -97,10 +97,6 @@ MODE_PROPERTY = "cdcnorm.mode"
 # the cdcnorm commits between it and this one, by another writer of the same group, are folded in
 # when the summary is read (_read_summary)
 BASE_PROPERTY = "cdcnorm.base"
-
-
-class IncompatibleSchemaError(CdcnormError):
-    """A change's schema cannot be applied to the stored table (not a safe widening)."""
 
 
 class ConcurrentCommitError(CdcnormError):
@@ -146,6 +142,8 @@ class _JavaCallable:
         try:
             if self.work is not None:
                 self.work()
+        except CdcnormError as exc:  # a refusal of ours (before any write): raised after the Java call
+            self.error = exc  # returns, not through py4j (which would log it with a traceback)
         except BaseException as exc:  # surfaced after the Java call returns
             self.error = exc
             raise
@@ -646,6 +644,8 @@ class IcebergTables:
             # py4j keeps objects passed to Java until the JVM collects their proxies, which can
             # be many batches later: drop the work (and the batch it holds) now
             callable_.work = None
+        if callable_.error is not None:
+            raise callable_.error
 
     def write_batch(self, batch: TableBatch, offsets: dict[str, int]) -> dict[str, int]:
         """Apply one compacted table batch in Iceberg commits tagged with ``offsets``.

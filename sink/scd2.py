@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from sink.sql import quote, sql_string
 from sink.tasks import OP_COLUMN, SEQ_COLUMN, TS_COLUMN, TableFiles, TablePlan, seq_class
+from sink.types import IncompatibleSchemaError
 from transforms.envelope import Operation
 
 if TYPE_CHECKING:
@@ -193,6 +194,20 @@ class CurrentVersions:
     rows: dict[tuple[Any, ...], dict[str, Any]] = field(default_factory=dict)
 
 
+def _check_strings(tid: str, strings: Iterable[str], rows: list[dict[str, Any]]) -> None:
+    """Raise :class:`IncompatibleSchemaError` when a row holds a value that is not text in a
+    string column (Spark's row conversion would store it as a Java object's text, e.g. a date as
+    ``java.util.GregorianCalendar[...]``): two sources that disagree on the column's type."""
+    for name in strings:
+        for row in rows:
+            value = row.get(name)
+            if value is not None and not isinstance(value, str):
+                raise IncompatibleSchemaError(
+                    f"table {tid}: column {name} is a string column, a change holds {type(value).__name__} "
+                    f"{value!r} (changes of this table disagree on the column's type); the table is paused"
+                )
+
+
 def _plain(row: dict[str, Any]) -> dict[str, Any]:
     return {k: bytes(v) if isinstance(v, bytearray) else v for k, v in row.items()}
 
@@ -311,7 +326,8 @@ class HistoryWriter:
 
     def apply(self, tid: str, key: tuple[str, ...], changes: Sequence[SinkChange]) -> int:
         """Apply ``changes`` (the batch's changes of the table, any order); returns how many
-        version rows were written."""
+        version rows were written. A value that is not text in a string column raises
+        :class:`sink.types.IncompatibleSchemaError`, nothing written (:func:`_check_strings`)."""
         truncates = sorted((c for c in changes if c.op is Operation.TRUNCATE), key=lambda c: c.seq)
         by_key: dict[tuple[Any, ...], list[Event]] = {}
         for c in changes:
@@ -326,6 +342,7 @@ class HistoryWriter:
             out += versions(stored.get(k, []), [*events, *cutoffs], data_columns)
         if not out and not truncates:
             return 0
+        _check_strings(tid, (f.name for f in table.schema.fields if f.dataType.typeName() == "string"), out)
         floating = {f.name for f in table.schema.fields if f.dataType.typeName() in ("float", "double")}
         rows = [[float(v) if n in floating and type(v) is int else v for n, v in ((n, r.get(n)) for n in table.columns)]
                 for r in out]

@@ -37,6 +37,7 @@ from decimal import Decimal
 from typing import Any
 
 from transforms.connect import Logical
+from transforms.errors import CdcnormError
 from transforms.values import (
     EPOCH,
     EPOCH_DATE,
@@ -46,7 +47,11 @@ from transforms.values import (
     parse_datetime,
 )
 
-__all__ = ["ColumnSpec", "SinkColumn", "columns_from_schema", "spark_type", "widening"]
+__all__ = ["ColumnSpec", "IncompatibleSchemaError", "SinkColumn", "columns_from_schema", "spark_type", "widening"]
+
+
+class IncompatibleSchemaError(CdcnormError):
+    """A change's schema cannot be applied to the stored table (not a safe widening)."""
 
 MAX_PRECISION = 38
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from sink.scd2 import Event, in_order, key_of, unchanged_since, versions
+from sink.scd2 import Event, _check_strings, in_order, key_of, unchanged_since, versions
+from sink.types import IncompatibleSchemaError
 from tests.sink.history import History, scripted_history
 from tests.sink.scripted import (  # noqa: F401 (the spark and broker fixtures)
     ScriptedBroker,
@@ -141,6 +142,15 @@ def test_only_a_batch_newer_than_the_table_without_a_truncate_is_in_order() -> N
     assert not in_order([C("k0001:0005")], {"s": "s0004"})  # no source sequence in a table ordered by them
     assert in_order([C("k0001:0005")], {"k0001": "k0001:0004", "k0002": "k0002:0009"})
     assert not in_order([C("s0005")], None)  # not known
+
+
+def test_a_value_that_is_not_text_in_a_string_column_pauses_the_table() -> None:
+    """Two sources that disagree on a column's type (seen with the samples of `cdcnorm up`:
+    aws-dms-json's shop.orders.ordered_on is a string in one message, a date in the next): the
+    MERGE's Spark rows would store the date as a Java object's text; the table is paused instead."""
+    _check_strings("t", ["s"], [{"s": "2024-01-02"}, {"s": None}, {"n": 1}])
+    with pytest.raises(IncompatibleSchemaError, match="column s is a string column, a change holds date"):
+        _check_strings("t", ["s"], [{"s": "x"}, {"s": dt.date(2024, 1, 2)}])
 
 
 def test_keys_compare_as_spark_returns_them() -> None:
