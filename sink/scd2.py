@@ -285,15 +285,8 @@ class HistoryWriter:
         ``__cdc_seq``) as equality deletes; ``commit`` commits the files and returns the snapshot.
         Returns how many version rows were written. Raises :class:`sink.arrow.Unrepresentable`
         (nothing written) for a value a Parquet file cannot hold here: MERGE instead."""
-        from sink.arrow import (
-            arrow_schema,
-            new_data_path,
-            select,
-            table_filesystem,
-            to_arrow_table,
-            write_parquet,
-        )
-        from sink.tasks import write_rows
+        from sink.arrow import arrow_schema, table_filesystem
+        from sink.tasks import write_equality_deletes, write_rows
 
         key = plan.key
         by_key: dict[tuple[Any, ...], list[Event]] = {}
@@ -314,12 +307,8 @@ class HistoryWriter:
         if not out:
             return 0
         fs = table_filesystem(plan.location, storage)
-        deletes = None
-        if closed:
-            deletes = to_arrow_table(select(schema, (*key, SEQ)), closed)
         data, parts = write_rows(plan, schema, out, fs)
-        if deletes is not None:
-            deletes = write_parquet(deletes, new_data_path(plan.location, "eq-deletes"), filesystem=fs)
+        deletes = write_equality_deletes(plan.location, schema, (*key, SEQ), closed, fs)
         snapshot = commit(TableFiles(plan.table, data, deletes, parts, upserts=len(out)))
         self._remember(tid, key, by_key, out, snapshot)
         return len(out)

@@ -17,7 +17,7 @@ The driver's own work per change is nothing: it plans, decides per table, and co
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -271,15 +271,7 @@ def write_tables(
     slot): skip what the table holds already, compact, convert, write. ``deleted_keys``: the
     location and schema JSON of the deleted-keys memory table (``None``: not remembered).
     ``storage``: the catalog's object-store settings (:func:`sink.arrow.storage_options`)."""
-    from sink.arrow import (
-        Unrepresentable,
-        arrow_schema,
-        new_data_path,
-        select,
-        table_filesystem,
-        to_arrow_table,
-        write_parquet,
-    )
+    from sink.arrow import Unrepresentable, arrow_schema, table_filesystem
 
     by_table: dict[tuple[str, str], list[SinkChange]] = {}
     skipped: dict[tuple[str, str], int] = {}
@@ -308,8 +300,7 @@ def write_tables(
                 rows = [_data_row(c) for c in batch.changes if c.op is not Operation.DELETE]
                 keys = [dict(zip(plan.key, c.key or (), strict=True)) for c in batch.changes]
                 data, parts = write_rows(plan, schema, rows, fs)
-                key_schema = select(schema, plan.key)
-                dels = write_parquet(to_arrow_table(key_schema, keys), new_data_path(plan.location, "eq-deletes"), filesystem=fs) if keys else None
+                dels = write_equality_deletes(plan.location, schema, plan.key, keys, fs)
                 deletes = [c for c in batch.changes if c.op is Operation.DELETE]
                 remembered += deleted_key_rows(plan.table_id, deletes, now)
                 yield TableFiles(
@@ -324,6 +315,16 @@ def write_tables(
             yield TableFiles(table, fallback=str(exc), skipped_applied=skipped.get(table, 0))
     if deleted_keys is not None and remembered:
         yield deleted_keys_file(deleted_keys, remembered, storage)
+
+
+def write_equality_deletes(location: str, schema: Any, columns: Sequence[str], rows: list[dict[str, Any]], fs: Any) -> Any:
+    """An equality-delete file of ``rows`` (the values of ``columns``) in the table at ``location``
+    (``None`` for no rows): it deletes the earlier rows whose ``columns`` equal one of them."""
+    from sink.arrow import new_data_path, select, to_arrow_table, write_parquet
+
+    if not rows:
+        return None
+    return write_parquet(to_arrow_table(select(schema, columns), rows), new_data_path(location, "eq-deletes"), filesystem=fs)
 
 
 def write_rows(plan: TablePlan, schema: Any, rows: list[dict[str, Any]], fs: Any) -> tuple[Any, tuple[tuple[Any, str], ...]]:
