@@ -41,6 +41,7 @@ current versions read per batch instead.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +56,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from sink.changes import SinkChange
+
+log = logging.getLogger("cdcnorm.sink")
 
 __all__ = ["HISTORY_COLUMNS", "CurrentVersions", "Event", "HistoryWriter", "in_order", "versions"]
 
@@ -221,6 +224,7 @@ class HistoryWriter:
         self.spark = spark
         self.budget = budget_rows
         self._current: dict[str, CurrentVersions] = {}  # by table id
+        self._unfit: set[str] = set()  # tables whose current versions did not fit: read per batch (this run)
         self._lock = threading.Lock()  # tables are written in parallel (the runner's table pool)
 
     def _read(self, tid: str, key: tuple[str, ...], keys: Iterable[tuple[Any, ...]], current_only: bool,
@@ -248,7 +252,7 @@ class HistoryWriter:
                 del self._current[tid]
                 cached = None
             room = self.budget - sum(len(c.rows) for t, c in self._current.items() if t != tid)
-        if cached is None and room > 0:
+        if cached is None and room > 0 and tid not in self._unfit:
             snapshot = jt.currentSnapshot()
             at = None if snapshot is None else snapshot.snapshotId()
             rows = [] if at is None else self.spark.sql(
@@ -258,6 +262,10 @@ class HistoryWriter:
                 cached = CurrentVersions(at, {key_of(row[k] for k in key): row for row in loaded})
                 with self._lock:
                     self._current[tid] = cached
+            else:  # not loaded again in this run: each batch reads its keys' current versions
+                log.info("history table %s: its current versions do not fit sink.history_cache_rows (%d left); "
+                         "each batch reads the current versions of its keys", tid, room)
+                self._unfit.add(tid)
         if cached is not None:
             return {k: cached.rows[k] for k in keys if k in cached.rows}
         return {k: versions[0] for k, versions in self._read(tid, key, keys, current_only=True).items()}
@@ -277,6 +285,7 @@ class HistoryWriter:
             cached.snapshot_id = snapshot_id
             if sum(len(c.rows) for c in self._current.values()) > self.budget:
                 del self._current[tid]  # read per batch from now on
+                self._unfit.add(tid)
 
     def write_delta(self, tid: str, jt: Any, plan: TablePlan, changes: Sequence[SinkChange],
                     commit: Callable[[TableFiles], int], storage: tuple[tuple[str, str], ...] = ()) -> int:

@@ -127,11 +127,14 @@ def test_sink_shapes_bench(tmp_path: Path) -> None:
     result = _run_bench("sink_shapes", tmp_path, timeout=420)
     _assert_measured(result, "sink_shapes")
     names = {r["name"] for r in result["ratios"]}
-    assert names == {"partitioned upsert changes/s", "changelog append changes/s", "history changes/s"}
+    assert names == {"partitioned upsert changes/s", "changelog append changes/s", "history changes/s",
+                     "history, current versions read per batch"}
     rows = {i["name"]: i["value"] for i in result["infos"]}
-    # the same history: as many current rows partitioned as not, every change in the changelog
+    # the same history: as many current rows partitioned as not, every change in the changelog,
+    # the same versions whether the current versions are kept or read
     assert rows["rows in orders_bucketed"] == rows["rows in orders_flat"] > 0
     assert rows["rows in orders_log"] == rows["rows in orders_plain"] > rows["rows in orders_flat"]
+    assert rows["rows in orders_history"] == rows["rows in orders_history_read"] > rows["rows in orders_flat"]
 
 
 @pytest.mark.integration

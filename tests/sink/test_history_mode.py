@@ -193,14 +193,15 @@ def test_the_kept_current_versions_hold_while_only_compactions_followed() -> Non
 
 @pytest.mark.integration
 @pytest.mark.spark
-@pytest.mark.parametrize("cache_rows", [500_000, 0])
+@pytest.mark.parametrize("cache_rows", [500_000, 5])
 def test_history_tables_hold_every_version_and_a_replay_changes_nothing(spark: Any, broker: ScriptedBroker,
                                                                         cache_rows: int) -> None:
     """The scripted history into history tables, with the current versions kept in memory
-    (``sink.history_cache_rows``) and read per batch (0): the same versions either way."""
+    (``sink.history_cache_rows``), and with a budget the tables outgrow after their first batch
+    (5: kept, then dropped, then read per batch): the same versions either way."""
     history = scripted_history(n_keys=12, n_changes=120, seed=29)
     history.batches = [history.events[i:i + 50] for i in range(0, len(history.events), 50)]
-    namespace = f"history_mode_{'kept' if cache_rows else 'read'}"
+    namespace = f"history_mode_{cache_rows}"
     config = scripted_config(namespace=namespace, deleted_keys_table=f"{namespace}_meta.deleted_keys",
                              history_cache_rows=cache_rows,
                              tables={"shop.orders": {"mode": "history", "partition_by": ["bucket(2, customer)"]},
