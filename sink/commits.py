@@ -25,7 +25,7 @@ import orjson
 
 from sink.tasks import TableFiles
 
-__all__ = ["Commits", "CompiledCommits", "Py4jCommits", "compiled_class", "in_this_thread", "make_commits"]
+__all__ = ["Commits", "CompiledCommits", "Py4jCommits", "compiled_class", "in_this_thread", "make_commits", "snapshots_since"]
 
 log = logging.getLogger("cdcnorm.sink")
 
@@ -161,6 +161,18 @@ def in_this_thread(jvm: Any) -> Any:
     ``scanManifestsWith``: on Iceberg's worker pool the commit waits for its manifest scans in
     steps of 10 ms (``Tasks.waitFor``), most of a small table's commit (see CdcnormCommits.java)."""
     return jvm.org.apache.iceberg.relocated.com.google.common.util.concurrent.MoreExecutors.newDirectExecutorService()
+
+
+def snapshots_since(jt: Any, base: int | None) -> list[Any] | None:
+    """The Java table ``jt``'s snapshots after the snapshot ``base``, newest first (``base``
+    ``None``: all of them); ``None`` when ``base`` is no longer in its history."""
+    since = []
+    snapshot = jt.currentSnapshot()
+    while snapshot is not None and snapshot.snapshotId() != base:
+        since.append(snapshot)
+        parent = snapshot.parentId()
+        snapshot = jt.snapshot(parent) if parent is not None else None
+    return None if base is not None and snapshot is None else since
 
 
 def make_commits(spark: Any, compiled: bool = True) -> Commits:

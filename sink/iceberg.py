@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import orjson
 
 from sink.changes import TableBatch
+from sink.commits import snapshots_since
 from sink.config import SinkConfig, WriteMode
 from sink.deleted_keys import DeletedKeys
 from sink.faults import crash_point
@@ -553,13 +554,8 @@ class IcebergTables:
     def _conflicting_commit(self, jt: Any, base: int | None) -> bool:
         """Whether a cdcnorm commit landed on the table after the snapshot ``base`` (or ``base``
         is no longer in its history): this sink's view of the table is out of date."""
-        snapshot = jt.currentSnapshot()
-        while snapshot is not None and snapshot.snapshotId() != base:
-            if snapshot.summary().get(OFFSETS_PROPERTY) is not None:
-                return True
-            parent = snapshot.parentId()
-            snapshot = jt.snapshot(parent) if parent is not None else None
-        return base is not None and snapshot is None
+        since = snapshots_since(jt, base)
+        return since is None or any(s.summary().get(OFFSETS_PROPERTY) is not None for s in since)
 
     def newest_sequences(self, table: tuple[str, str]) -> dict[str, str]:
         """Per sequence class, the newest sequence the table was given: recorded with each

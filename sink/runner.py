@@ -250,6 +250,7 @@ class MicroBatchSink:
         report: Callable[[BatchReport], None] | None = None,
     ) -> None:
         self.config = config
+        self._names = TableNames(config.tables, config.namespace)  # how the read tasks name tables
         self.bootstrap_servers = bootstrap_servers
         self.consumer_conf = consumer_conf or {}
         self.report = report or (lambda r: log.info(r.line()))
@@ -544,7 +545,7 @@ class MicroBatchSink:
             read_partition,
             conf=reader_conf(self.consumer_conf, self.bootstrap_servers, self.config.group_id),
             registry=self.config.schema_registry,
-            names=TableNames(self.config.tables, self.config.namespace),
+            names=self._names,
             # a range ends at its end or where a fetch returns nothing; this is only the
             # bound on a broker that does not answer
             stall_seconds=max(STALL_SECONDS, self.config.poll_timeout_seconds),

@@ -47,9 +47,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sink.commits import snapshots_since
 from sink.sql import quote, sql_string
-from sink.tasks import OP_COLUMN, SEQ_COLUMN, TS_COLUMN, TableFiles, TablePlan, seq_class
+from sink.tasks import OP_COLUMN, SEQ_COLUMN, TS_COLUMN, TableFiles, TablePlan, fold_oldest
 from sink.types import IncompatibleSchemaError
+from sink.write_plan import not_newer
 from transforms.envelope import Operation
 
 if TYPE_CHECKING:
@@ -156,14 +158,12 @@ def in_order(changes: Iterable[SinkChange], newest: dict[str, str] | None) -> bo
     """
     if newest is None:
         return False
+    oldest: dict[str, str] = {}
     for c in changes:
         if c.op is Operation.TRUNCATE:
             return False
-        cls = seq_class(c.seq)
-        stored = newest.get(cls)
-        if (stored is not None and c.seq <= stored) or (cls != "s" and "s" in newest):
-            return False
-    return True
+        fold_oldest(oldest, c.seq)
+    return not_newer(oldest, newest) is None
 
 
 def key_of(values: Iterable[Any]) -> tuple[Any, ...]:
@@ -179,13 +179,8 @@ def key_of(values: Iterable[Any]) -> tuple[Any, ...]:
 def unchanged_since(jt: Any, snapshot_id: int | None) -> bool:
     """Whether the Java table ``jt`` holds the rows it held at ``snapshot_id`` (``None``: before
     its first snapshot): every snapshot since is a compaction (operation ``replace``)."""
-    snapshot = jt.currentSnapshot()
-    while snapshot is not None and snapshot.snapshotId() != snapshot_id:
-        if snapshot.operation() != "replace":
-            return False
-        parent = snapshot.parentId()
-        snapshot = jt.snapshot(parent) if parent is not None else None
-    return snapshot is not None or snapshot_id is None
+    since = snapshots_since(jt, snapshot_id)
+    return since is not None and all(s.operation() == "replace" for s in since)
 
 
 @dataclass

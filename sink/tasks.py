@@ -91,7 +91,8 @@ def _fold_newest(into: dict[str, str], seq: str) -> None:
         into[cls] = seq
 
 
-def _fold_oldest(into: dict[str, str], seq: str) -> None:
+def fold_oldest(into: dict[str, str], seq: str) -> None:
+    """Keep in ``into`` the lowest sequence of ``seq``'s class (:func:`seq_class`)."""
     cls = seq_class(seq)
     old = into.get(cls)
     if old is None or seq < old:
@@ -131,7 +132,7 @@ class TableSummary:
             if self.truncate_seq is None or ch.seq > self.truncate_seq:
                 self.truncate_seq = ch.seq
         else:
-            _fold_oldest(self.oldest, ch.seq)
+            fold_oldest(self.oldest, ch.seq)
             if ch.key is None and ch.key_columns:
                 self.unkeyed = True
         _fold_newest(self.newest, ch.seq)
@@ -157,7 +158,7 @@ class TableSummary:
                 self.columns[name] = col if wider is None else ColumnSpec(name, wider, col.optional)
         self.key_columns = self.key_columns or other.key_columns
         for seq in other.oldest.values():
-            _fold_oldest(self.oldest, seq)
+            fold_oldest(self.oldest, seq)
         for seq in other.newest.values():
             _fold_newest(self.newest, seq)
         if other.truncate_seq is not None and (self.truncate_seq is None or other.truncate_seq > self.truncate_seq):

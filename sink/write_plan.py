@@ -23,7 +23,7 @@ from enum import StrEnum
 from sink.config import UpsertMode
 from sink.tasks import TableSummary, seq_class
 
-__all__ = ["WriteMethod", "WritePlan", "plan_write"]
+__all__ = ["WriteMethod", "WritePlan", "not_newer", "plan_write"]
 
 ALL_NEWER = "every change is newer than the table"
 
@@ -84,12 +84,26 @@ def _merge_reason(summary: TableSummary, newest: dict[str, str], truncate: str |
         return "a truncate"
     if summary.partial:
         return "a change without some columns (completed from the stored row)"
-    for cls, oldest in summary.oldest.items():
+    reason = not_newer(summary.oldest, newest)
+    if reason is None and truncate is not None:
+        oldest = summary.oldest.get(seq_class(truncate))
+        if oldest is not None and oldest <= truncate:
+            reason = "a change older than the table's last truncate"
+    return reason
+
+
+def not_newer(oldest: dict[str, str], newest: dict[str, str]) -> str | None:
+    """Why a batch whose oldest sequence per class is ``oldest`` is not newer than a table that
+    was given ``newest`` (per class: a source sequence against every one; a partition/offset
+    position against those of its partition, and never past a source sequence), or ``None``.
+
+    >>> not_newer({"s": "s0005"}, {"s": "s0004"}) is None, not_newer({"k0001": "k0001:7"}, {"s": "s0004"})
+    (True, 'a change without a source sequence in a table ordered by source sequences')
+    """
+    for cls, seq in oldest.items():
         stored = newest.get(cls)
-        if stored is not None and oldest <= stored:
-            return f"a change not newer than the table ({oldest} <= {stored}): late or replayed"
+        if stored is not None and seq <= stored:
+            return f"a change not newer than the table ({seq} <= {stored}): late or replayed"
         if cls != "s" and "s" in newest:
             return "a change without a source sequence in a table ordered by source sequences"
-        if truncate is not None and seq_class(truncate) == cls and oldest <= truncate:
-            return "a change older than the table's last truncate"
     return None
