@@ -30,6 +30,7 @@ from transforms.errors import ConfigError, MissingExtraError
 from transforms.extras import require_extras
 from transforms.options import describe_options
 from transforms.pipeline import Pipeline
+from transforms.table_budget import DEFAULT_TABLE_BUDGET, set_table_budget
 
 if TYPE_CHECKING:
     from service.config import PipelineConfig
@@ -181,6 +182,15 @@ def transform(
             help="Lines alternate: the Kafka key, then the value ('null' for no key, or for a tombstone value).",
         ),
     ] = False,
+    table_cache_columns: Annotated[
+        int | None,
+        typer.Option(
+            "--table-cache-columns",
+            min=1000,
+            help="Memory budget of per-table state in columns, as the worker's worker.table_cache_columns "
+            f"(default {DEFAULT_TABLE_BUDGET:,}; with --config, the config's).",
+        ),
+    ] = None,
 ) -> None:
     """Decode messages offline and print canonical records as JSON lines.
 
@@ -197,7 +207,8 @@ def transform(
     With --key-lines each message is two lines, its key and then its value, as `cdcnorm tail`
     and Kafka tools print them; a Debezium key names the key columns of a table.
     """
-    flags = {"--format": format_id, "--option": option, "--topic-prefix": topic_prefix, "--tombstones": tombstones}
+    flags = {"--format": format_id, "--option": option, "--topic-prefix": topic_prefix, "--tombstones": tombstones,
+             "--table-cache-columns": table_cache_columns}
     if config is not None:
         given = [flag for flag, value in flags.items() if value is not None]
         if given:
@@ -229,6 +240,7 @@ def transform(
         pipeline, output_topic, format_id = runtime.pipeline, normalizer.output_topic, runtime.format_id
     else:
         format_id = format_id or "auto"
+        set_table_budget(table_cache_columns or DEFAULT_TABLE_BUDGET)
         try:
             decoder = create_decoder(format_id, parse_kv(option))
         except ConfigError as exc:
@@ -273,11 +285,15 @@ def transform(
                 err.write(orjson.dumps({"line": number, "row": row_error.row, "error": str(row_error),
                                         "error_class": type(row_error).__name__}) + b"\n")
             for record in processed.records:
-                line_out: dict[str, Any] = {"topic": output_topic(record.topic), "key": record.key, "value": record.value}
+                # {"topic", "key", "value"[, "headers"]} from the bytes the worker produces (the
+                # same JSON as dumping the record's dicts, a shared schema spliced in)
+                parts = [b'{"topic":', orjson.dumps(output_topic(record.topic)), b',"key":',
+                         record.key_bytes() or b"null", b',"value":', record.value_bytes() or b"null"]
                 if headers and record.headers:  # as the worker produces them: name and value (UTF-8 text)
-                    line_out["headers"] = [[name, value.decode("utf-8", "backslashreplace")]
-                                           for name, value in record.headers]
-                out.write(orjson.dumps(line_out) + b"\n")
+                    parts += (b',"headers":', orjson.dumps([[name, value.decode("utf-8", "backslashreplace")]
+                                                             for name, value in record.headers]))
+                parts.append(b"}\n")
+                out.write(b"".join(parts))
     if key_lines and not expect_key:  # the last key line had no value line after it
         failed += 1
         err.write(orjson.dumps({"line": key_number, "error": "a key line without its value line after it (with "

@@ -91,6 +91,7 @@ from transforms.decoders import Message, create_decoder
 from transforms.envelope import EmitOptions
 from transforms.errors import ConfigError, StateStoreError
 from transforms.metadata import InMemoryMetadataStore, MetadataStore, RowStateStore, ScopedMetadataStore
+from transforms.table_budget import set_table_budget
 
 __all__ = ["Normalizer", "create_app", "quiet_library_loggers", "run_worker"]
 
@@ -115,6 +116,8 @@ class Normalizer:
         metrics: WorkerMetrics | None = None,
     ) -> None:
         self.config = config
+        # what decoders, transforms and the emitter keep per table is bounded by this (process-wide)
+        set_table_budget(config.worker.table_cache_columns)
         self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.runtimes: list[EntryRuntime] = []
         self._by_topic: dict[str, EntryRuntime | None] = {}

@@ -75,6 +75,7 @@ from transforms.configfile import Section as _Section
 from transforms.configfile import lookup as _lookup
 from transforms.configfile import resolve_document as _resolve_document
 from transforms.errors import ConfigError
+from transforms.table_budget import DEFAULT_TABLE_BUDGET
 
 __all__ = [
     "CONNECT_ERROR_KEYS",
@@ -300,6 +301,15 @@ class WorkerConfig(_Section):
         le=1024**4,
         description="Bytes (keys, values, headers) of output and dead-letter records sent but not yet acknowledged; "
         "at the bound processing waits (the producer's buffer is sized from it).",
+    )
+    table_cache_columns: int = Field(
+        DEFAULT_TABLE_BUDGET,
+        ge=1000,
+        le=1_000_000_000,
+        description="Memory budget of what decoders, transforms and the emitter keep per table (schemas, row plans, "
+        "Connect schemas and their JSON), in columns: a table of c columns counts c + 1 in each cache. Past it "
+        "the least recently used tables are forgotten (rebuilt when met again). About 700 bytes of memory per "
+        "column held (docs/performance.md): the default holds about 110,000 tables of 8 columns.",
     )
     commit_interval_s: float = Field(1.0, gt=0)
     output_client: OutputClient = Field(

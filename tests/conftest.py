@@ -34,6 +34,17 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"cdcnorm: integration tests on {what} (CDCNORM_TEST_BROKER={TEST_BROKER})"
 
 
+@pytest.fixture
+def table_budget() -> Iterator[Callable[[int], None]]:
+    """Set the process's table budget (columns) for one test; the default comes back after it."""
+    from transforms.table_budget import set_table_budget
+    from transforms.table_budget import table_budget as current
+
+    before = current()
+    yield set_table_budget
+    set_table_budget(before)
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The session's broker (host:port): Apache Kafka, or Tansu with CDCNORM_TEST_BROKER=tansu."""

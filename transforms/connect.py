@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from transforms.table_budget import TableLru
+
 __all__ = [
     "Column",
     "ConnectType",
@@ -255,6 +257,20 @@ def column_schema(col: Column, decimal_mode: DecimalHandlingMode, with_field: bo
     return out
 
 
+# (column, mode) -> its schema, shared by the struct schemas of every table that has the column
+# (the emitter's schemas are never mutated), bounded by the table budget
+_column_schemas: TableLru[tuple[Column, DecimalHandlingMode], dict[str, Any]] = TableLru(lambda key, _: 0)
+
+
+def _shared_column_schema(col: Column, decimal_mode: DecimalHandlingMode) -> dict[str, Any]:
+    key = (col, decimal_mode)
+    schema = _column_schemas.get(key)
+    if schema is None:
+        schema = column_schema(col, decimal_mode)
+        _column_schemas.put(key, schema)
+    return schema
+
+
 def struct_schema(
     columns: tuple[Column, ...],
     name: str | None,
@@ -265,7 +281,7 @@ def struct_schema(
     """A Connect struct schema over columns."""
     out: dict[str, Any] = {
         "type": "struct",
-        "fields": [column_schema(c, decimal_mode) for c in columns],
+        "fields": [_shared_column_schema(c, decimal_mode) for c in columns],
         "optional": optional,
     }
     if name:

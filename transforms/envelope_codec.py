@@ -39,6 +39,7 @@ from transforms.envelope_model import (
     _encoded,
 )
 from transforms.errors import DecodeError
+from transforms.table_budget import TableLru
 from transforms.values import UNAVAILABLE, UNAVAILABLE_BYTES, CoercionError, encoder_for, encoder_passes
 
 _SOURCE_BASE: tuple[Column, ...] = (
@@ -353,11 +354,16 @@ class _TableCodec:
         return {"schema": self.key_schema, "payload": payload}
 
 
-_codec_cache: dict[tuple[TableSchema, EmitOptions], _TableCodec] = {}
-# (id(table), id(opts)) -> (table, opts, codec): decoders reuse their TableSchema objects, so an
-# identity lookup skips hashing every column of the table per record. The entry holds both
-# objects, so their ids cannot be reused while it exists.
-_codec_by_id: dict[tuple[int, int], tuple[TableSchema, EmitOptions, _TableCodec]] = {}
+# (table, options) -> codec, and (id(table), id(opts)) -> (table, opts, codec): decoders reuse their
+# TableSchema objects, so an identity lookup skips hashing every column of the table per record.
+# The entry holds both objects, so their ids cannot be reused while it exists. Both are bounded by
+# the table budget (transforms.table_budget), least recently used first out.
+_codec_cache: TableLru[tuple[TableSchema, EmitOptions], _TableCodec] = TableLru(
+    lambda key, _: len(key[0].columns)
+)
+_codec_by_id: TableLru[tuple[int, int], tuple[TableSchema, EmitOptions, _TableCodec]] = TableLru(
+    lambda _, hit: len(hit[0].columns)
+)
 _last_codec: list[tuple[TableSchema, EmitOptions, _TableCodec] | None] = [None]
 
 
@@ -372,12 +378,10 @@ def _codec(table: TableSchema, opts: EmitOptions) -> _TableCodec:
     cache_key = (table, opts)
     codec = _codec_cache.get(cache_key)
     if codec is None:
-        if len(_codec_cache) > 20_000:
-            _codec_cache.clear()
-        codec = _codec_cache[cache_key] = _TableCodec(table, opts)
-    if len(_codec_by_id) > 20_000:
-        _codec_by_id.clear()
-    entry = _codec_by_id[(id(table), id(opts))] = (table, opts, codec)
+        codec = _TableCodec(table, opts)
+        _codec_cache.put(cache_key, codec)
+    entry = (table, opts, codec)
+    _codec_by_id.put((id(table), id(opts)), entry)
     _last_codec[0] = entry
     return codec
 

@@ -16,6 +16,7 @@ from transforms.connect import (
     DecimalHandlingMode,
     TableSchema,
 )
+from transforms.table_budget import TableLru, text_columns
 
 # The per-change value objects (TransactionRef, SourceInfo, ChangeEvent, RowEvent, OutRecord) are
 # treated as immutable (transforms derive new ones with dataclasses.replace) but are not frozen:
@@ -241,17 +242,70 @@ class OutRecord:
 # ----------------------------------------------------------------------------- schemas
 
 # Connect schemas the emitter shares between records, with the JSON a record starts with:
-# id(schema) -> (schema, b'{"schema":<schema JSON>,"payload":'). The entry holds the schema, so the
-# id cannot be reused while the entry exists.
-_encoded_schemas: dict[int, tuple[dict[str, Any], bytes]] = {}
+# id(schema) -> (schema, the pieces of b'{"schema":<schema JSON>,"payload":' once a record used
+# it). The entry holds the schema, so the id cannot be reused while it exists. Bounded by the
+# table budget (transforms.table_budget: a schema weighs its fields), least recently used first.
+_encoded_schemas: TableLru[int, tuple[dict[str, Any], tuple[bytes, ...] | None]] = TableLru(
+    lambda _, hit: len(hit[0].get("fields", ()))
+)
+# The JSON of field lists, shared by content: an envelope's before and after hold the same
+# columns, every table of a connector the same source block, tables of one shape the same columns.
+_field_lists: TableLru[bytes, bytes] = TableLru(lambda text, _: text_columns(text))
+_MARK = "\x00cdcnorm-fields-{}\x00"  # a NUL cannot occur in a Connect name
 
 
 def _encoded(schema: dict[str, Any]) -> dict[str, Any]:
-    """Register a shared, never mutated schema dict so records splice its JSON in (returns it)."""
-    if len(_encoded_schemas) > 50_000:
-        _encoded_schemas.clear()
-    _encoded_schemas[id(schema)] = (schema, b'{"schema":' + orjson.dumps(schema) + b',"payload":')
+    """Register a shared, never mutated schema dict so records splice its JSON in (returns it);
+    the JSON is made when a record first uses it."""
+    _encoded_schemas.put(id(schema), (schema, None))
     return schema
+
+
+def _shared_list(fields: list[Any]) -> bytes:
+    text = orjson.dumps(fields)
+    held = _field_lists.get(text)
+    if held is not None:
+        return held
+    _field_lists.put(text, text)
+    return text
+
+
+def _record_prefix(schema: dict[str, Any]) -> tuple[bytes, ...]:
+    """``b'{"schema":' + orjson.dumps(schema) + b',"payload":'`` as pieces to join: the JSON of
+    the field lists of the schema's struct fields (else of its own fields) is shared with the
+    other schemas that have equal lists, so a table's envelope holds little JSON of its own.
+
+    >>> row = {"type": "struct", "fields": [{"type": "int64", "optional": False, "field": "id"}]}
+    >>> env = {"type": "struct", "fields": [{**row, "field": "before"}, {**row, "field": "after"}]}
+    >>> b"".join(_record_prefix(env)) == b'{"schema":' + orjson.dumps(env) + b',"payload":'
+    True
+    """
+    whole = b'{"schema":' + orjson.dumps(schema) + b',"payload":'
+    fields = schema.get("fields")
+    if not isinstance(fields, list):
+        return (whole,)
+    parts: list[bytes] = []
+    if any(isinstance(f, dict) and isinstance(f.get("fields"), list) for f in fields):
+        marked = []
+        for f in fields:
+            if isinstance(f, dict) and isinstance(f.get("fields"), list):
+                marked.append({**f, "fields": _MARK.format(len(parts))})
+                parts.append(_shared_list(f["fields"]))
+            else:
+                marked.append(f)
+        text = orjson.dumps({**schema, "fields": marked})
+    else:
+        text = orjson.dumps({**schema, "fields": _MARK.format(0)})
+        parts.append(_shared_list(fields))
+    pieces = [b'{"schema":']
+    for i, part in enumerate(parts):
+        head, found, text = text.partition(orjson.dumps(_MARK.format(i)))
+        if not found:
+            return (whole,)
+        pieces += (head, part)
+    pieces += (text, b',"payload":')
+    joined = tuple(pieces)
+    return joined if b"".join(joined) == whole else (whole,)
 
 
 def _dumps_record(doc: dict[str, Any]) -> bytes:
@@ -264,9 +318,12 @@ def _dumps_record(doc: dict[str, Any]) -> bytes:
         if hit is not None and hit[0] is schema:
             keys = iter(doc)
             if next(keys) == "schema" and next(keys) == "payload":
-                return b"".join((hit[1], orjson.dumps(doc["payload"]), b"}"))
+                prefix = hit[1]
+                if prefix is None:
+                    prefix = _record_prefix(schema)
+                    _encoded_schemas.put(id(schema), (schema, prefix))
+                return b"".join((*prefix, orjson.dumps(doc["payload"]), b"}"))
     return orjson.dumps(doc)
-
 
 
 def epoch_ms(value: dt.datetime) -> int:

@@ -23,7 +23,7 @@ from typing import Any
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import Decoder, Message, type_name
-from transforms.decoders.cache import LruCache
+from transforms.decoders.cache import TableLru
 from transforms.decoders.fields import (
     duplicate,
     optional_int,
@@ -87,12 +87,13 @@ class AliyunJsonDecoder(Decoder):
     def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
         super().__init__(options, metadata)
         # schema.dataColumn as (name, type) pairs -> (columns, their names); see _columns
-        self._column_sets: LruCache[tuple[tuple[Any, Any], ...], tuple[tuple[Column, ...], frozenset[str]]] = (
-            LruCache(4096, 200_000, lambda key, _: len(key) + 1)
-        )
+        # (both bounded by the table budget, transforms.table_budget)
+        self._column_sets: TableLru[
+            tuple[tuple[Any, Any], ...], tuple[tuple[Column, ...], frozenset[str]]
+        ] = TableLru(lambda key, _: len(key))
         # (dataColumn pairs, db, schema, table, key) -> table schema
-        self._tables: LruCache[tuple[Any, ...], TableSchema] = LruCache(
-            4096, 200_000, lambda slot, _: len(slot[0]) + len(slot[4]) + 1
+        self._tables: TableLru[tuple[Any, ...], TableSchema] = TableLru(
+            lambda slot, _: len(slot[0]) + len(slot[4])
         )
         self._plans = RowPlans(_fast_converter)
 

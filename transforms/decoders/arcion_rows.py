@@ -56,6 +56,7 @@ from pydantic import Field, field_validator
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import clip, coerce_checked
+from transforms.decoders.cache import TableLru
 from transforms.decoders.rowplan import FastConverter, NotFast, fast_converter
 from transforms.envelope import ChangeEvent, Operation, SnapshotMarker, SourceInfo
 from transforms.errors import DecodeError
@@ -351,9 +352,14 @@ class ArcionRowBuilder:
         self.null_literal = options.null_literal if options.null_literal is not None else null_literal
         self._types = {name: column_for_type(name, spec) for name, spec in options.column_types.items()}
         self._option_table = split_table_name(options.table) if options.table is not None else None
-        self._tables: dict[tuple[str | None, str | None, str, tuple[str, ...]], TableSchema] = {}
+        # (both bounded by the table budget, transforms.table_budget)
+        self._tables: TableLru[tuple[str | None, str | None, str, tuple[str, ...]], TableSchema] = TableLru(
+            lambda key, _: len(key[3])
+        )
         # id(table) -> (table, a fast converter per column): see _converters
-        self._fast: dict[int, tuple[TableSchema, tuple[FastConverter, ...]]] = {}
+        self._fast: TableLru[int, tuple[TableSchema, tuple[FastConverter, ...]]] = TableLru(
+            lambda _, hit: len(hit[1])
+        )
 
     def error(self, field: str | None, reason: str, payload: bytes | str | None) -> DecodeError:
         return DecodeError(self.format_id, clip(field, 200), clip(reason, 1000), payload)
@@ -384,9 +390,7 @@ class ArcionRowBuilder:
             )
         cols = tuple(self._column(c) for c in columns)
         table = TableSchema(db, schema, name, cols, key)
-        if len(self._tables) > 10_000:
-            self._tables.clear()
-        self._tables[cache_key] = table
+        self._tables.put(cache_key, table)
         return table
 
     def _column(self, name: str) -> Column:
@@ -428,10 +432,8 @@ class ArcionRowBuilder:
         hit = self._fast.get(id(table))
         if hit is not None and hit[0] is table:
             return hit[1]
-        if len(self._fast) > 10_000:
-            self._fast.clear()
         converters = tuple(_fast_value(col, self.null_literal) for col in table.columns)
-        self._fast[id(table)] = (table, converters)
+        self._fast.put(id(table), (table, converters))
         return converters
 
     def _typed(self, col: Column, fast: FastConverter, raw: Any, field: str, payload: bytes | str) -> Any:

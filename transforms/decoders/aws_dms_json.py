@@ -53,7 +53,7 @@ from pydantic import Field
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import Decoder, Message, check_decimal_params, type_name
-from transforms.decoders.cache import LruCache
+from transforms.decoders.cache import TableLru
 from transforms.decoders.fields import (
     check_timestamp,
     optional_int,
@@ -124,8 +124,6 @@ DEFINITIONS_NAMESPACE = "aws-dms-json.table-def"
 """Metadata-store namespace of the remembered table definitions: key ``[schema, table]`` (JSON),
 value ``{"table-def": <the control record's table-def>}``, or null once forgotten."""
 # bounds of the cache of parsed table definitions: tables, and columns over all of them
-_MAX_DEFINITIONS = 4096
-_MAX_DEFINITION_COLUMNS = 200_000
 
 
 class AwsDmsJsonOptions(FormatOptions):
@@ -158,11 +156,9 @@ class AwsDmsJsonDecoder(Decoder):
         self._opts = self.options_as(AwsDmsJsonOptions)
         self._shapes = SchemalessShapes(store=self.metadata)
         # (schema, table) -> (the stored document, the table it defines, its columns optional):
-        # a cache of parsing; the metadata store holds the definitions
-        self._definitions: LruCache[tuple[str | None, str], tuple[Any, TableSchema]] = LruCache(
-            _MAX_DEFINITIONS,
-            _MAX_DEFINITION_COLUMNS,
-            lambda _, item: 1 + len(item[1].columns),
+        # a cache of parsing (bounded by the table budget); the metadata store holds the definitions
+        self._definitions: TableLru[tuple[str | None, str], tuple[Any, TableSchema]] = TableLru(
+            lambda _, item: len(item[1].columns)
         )
         self._plans = RowPlans()
 

@@ -43,14 +43,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeVar, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field, field_validator
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import Decoded, Decoder, Message
-from transforms.decoders.cache import LruCache, TableCache
+from transforms.decoders.cache import TableCache, TableLru
 from transforms.decoders.fields import (
     INT64_MAX,
     INT64_MIN,
@@ -199,6 +199,7 @@ _INT_OR_NULL = frozenset({int, type(None)})
 # canal header fields kept in the source block: (canal name, source field)
 _SOURCE_FIELDS = (("id", "id"), ("gtid", "gtid"), ("serverId", "server_id"), ("logfileName", "file"), ("logfileOffset", "pos"))
 _SHAPES_PER_TABLE = 8  # a table's shapes: its columns before/after DDL, partial captures ...
+_P = TypeVar("_P", bound=tuple[Any, ...] | frozenset[str])
 
 
 def _json_kind(rows: list[dict[str, Any]], name: str) -> Any:
@@ -258,7 +259,11 @@ class CanalJsonDecoder(Decoder):
         self._zone = ZoneInfo(opts.timestamp_zone)
         self._tables = TableCache()
         # (db, table) -> the schemas last built for it, each with the message shape it was built from
-        self._shapes: LruCache[tuple[str | None, str], list[_Shape]] = LruCache(4096)
+        self._shapes: TableLru[tuple[str | None, str], list[_Shape]] = TableLru(
+            lambda _, shapes: sum(len(shape.schema.columns) for shape in shapes)
+        )
+        # the type maps and column sets of the shapes, shared by the tables that have equal ones
+        self._parts: TableLru[Any, Any] = TableLru(lambda part, _: len(part))
         self._plans = RowPlans(self._fast_converter)
 
     # -- fields ----------------------------------------------------------------------------
@@ -437,10 +442,7 @@ class CanalJsonDecoder(Decoder):
             # items as tuples: the column order is part of the shape (dict equality ignores it)
             mysql_items = tuple(mysql.items())
             sql_items = tuple(sql.items())
-            shapes = self._shapes.get((db, table))
-            if shapes is None:
-                shapes = []
-                self._shapes.put((db, table), shapes)
+            shapes = self._shapes.get((db, table)) or []
             typed: frozenset[str] | None = None
             untyped: tuple[tuple[str, Any], ...] = ()
             for shape in shapes:
@@ -455,9 +457,23 @@ class CanalJsonDecoder(Decoder):
                 names = frozenset(mysql) | frozenset(sql)
                 if len(shapes) >= _SHAPES_PER_TABLE:
                     del shapes[0]  # the oldest
+                mysql_items, sql_items, names = (
+                    self._shared(mysql_items),
+                    self._shared(sql_items),
+                    self._shared(names),
+                )
                 shapes.append(_Shape(mysql_items, sql_items, pk, names, _untyped(rows, names), schema))
+                self._shapes.put((db, table), shapes)  # (again: its weight grew)
             return schema
         return self._build_schema(doc, db, table, data, old, raw)[0]
+
+    def _shared(self, part: _P) -> _P:
+        """``part`` itself, or an equal one a shape of another table already holds."""
+        held = self._parts.get(part)
+        if held is not None:
+            return cast("_P", held)
+        self._parts.put(part, part)
+        return part
 
     def _build_schema(
         self,

@@ -34,7 +34,7 @@ from pydantic import Field
 
 from transforms.connect import Column, ConnectType
 from transforms.decoders.base import Decoder, Message, coerce_checked
-from transforms.decoders.cache import LruCache
+from transforms.decoders.cache import TableLru
 from transforms.decoders.connect_json import (
     ConnectEnvelopeReader,
     EnvelopeKey,
@@ -51,6 +51,7 @@ from transforms.decoders.rowplan import FastConverter, fast_converter
 from transforms.envelope import ChangeEvent, Event, Operation, SnapshotMarker, SourceInfo, TransactionRef
 from transforms.metadata import MetadataStore
 from transforms.options import FormatOptions
+from transforms.table_budget import text_columns
 from transforms.values import UNAVAILABLE, CoercionError, infer_column
 
 __all__ = ["CdlJsonDecoder", "CdlJsonOptions"]
@@ -142,8 +143,9 @@ class CdlJsonDecoder(Decoder):
         limits = JsonLimits(opts.max_message_bytes, opts.max_json_depth)
         self._reader = ConnectEnvelopeReader(FORMAT_ID, column_map=cdl_column, limits=limits, store=self.metadata)
         # a message_version 1.0 schema's JSON text -> (the layout of its data/before struct or None,)
-        self._v1_schemas: LruCache[bytes, tuple[RowLayout | None]] = LruCache(
-            1024, 64 * 1024 * 1024, lambda key, _: len(key)
+        # (bounded by the table budget: a text counts its length, see transforms.table_budget)
+        self._v1_schemas: TableLru[bytes, tuple[RowLayout | None]] = TableLru(
+            lambda key, _: text_columns(key)
         )
 
     def decode(self, message: Message) -> list[Event]:

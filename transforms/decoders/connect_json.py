@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from transforms.connect import Column, ConnectType, DecimalHandlingMode, TableSchema, column_schema
 from transforms.decoders.base import coerce_checked, type_name
-from transforms.decoders.cache import LruCache, TableCache
+from transforms.decoders.cache import TableCache, TableLru
 from transforms.decoders.connect_keys import (
     EnvelopeKey,
     KeyColumns,
@@ -85,6 +85,7 @@ from transforms.envelope import (
     source_field_value,
 )
 from transforms.metadata import MetadataStore
+from transforms.table_budget import text_columns
 from transforms.values import UNAVAILABLE, CoercionError
 
 if TYPE_CHECKING:
@@ -114,8 +115,6 @@ __all__ = [
 
 # ---------------------------------------------------------------------------- envelopes
 _OPS = {op.value: op for op in Operation}
-_SCHEMA_CACHE_BYTES = 64 * 1024 * 1024
-_KEY_SCHEMA_CACHE_BYTES = 8 * 1024 * 1024
 V = TypeVar("V")
 T = TypeVar("T")
 
@@ -270,6 +269,10 @@ def topic_namespace(connector: Any, db: str | None, schema: str | None) -> str |
     return None
 
 
+def _text_columns(text: bytes, _: object) -> int:
+    return text_columns(text)
+
+
 class ConnectEnvelopeReader:
     """Turns one Debezium-style envelope payload (plus optional Connect schema) into a ChangeEvent.
 
@@ -290,7 +293,6 @@ class ConnectEnvelopeReader:
     def __init__(
         self,
         connector: str,
-        cache_size: int = 1024,
         column_map: Callable[[Column], Column] | None = None,
         limits: JsonLimits = DEFAULT_LIMITS,
         native: bool = False,
@@ -299,36 +301,32 @@ class ConnectEnvelopeReader:
         self.connector = connector
         self.native = native
         self.limits = limits
+        # Every cache is bounded by the table budget (transforms.table_budget): a schema text
+        # counts its length (text_columns), a layout or table its columns.
         # Debezium records without schemas: (payload field names, extra names) -> their layout
-        self._schemaless_layouts: LruCache[tuple[Any, ...], NativeLayout] = LruCache(cache_size)
+        self._schemaless_layouts: TableLru[tuple[Any, ...], NativeLayout] = TableLru(lambda key, _: len(key))
         self._column_map = column_map
-        self._tables = TableCache(cache_size)
-        self._schemas: LruCache[bytes, tuple[Column, ...]] = LruCache(
-            cache_size, _SCHEMA_CACHE_BYTES, lambda key, _: len(key)
-        )
-        self._envelopes: LruCache[bytes, _EnvelopeSchema] = LruCache(
-            cache_size, _SCHEMA_CACHE_BYTES, lambda key, _: len(key)
-        )
-        self._layouts: LruCache[bytes, RowLayout] = LruCache(
-            cache_size, _SCHEMA_CACHE_BYTES, lambda key, _: len(key)
-        )
+        self._tables = TableCache()
+        self._schemas: TableLru[bytes, tuple[Column, ...]] = TableLru(_text_columns)
+        self._envelopes: TableLru[bytes, _EnvelopeSchema] = TableLru(_text_columns)
+        self._layouts: TableLru[bytes, RowLayout] = TableLru(_text_columns)
         # keyed by a layout's id: each entry holds its layout, so that id is not reused meanwhile.
         # (id, db, schema, table, key names) -> the table: names are strings or None, so equal keys
         # mean equal tables; (id, extra columns) -> the layout of the columns followed by them
-        self._layout_tables: LruCache[tuple[Any, ...], tuple[RowLayout, TableSchema]] = LruCache(4 * cache_size)
-        self._extended: LruCache[tuple[int, tuple[Column, ...]], tuple[RowLayout, RowLayout]] = LruCache(
-            cache_size
+        self._layout_tables: TableLru[tuple[Any, ...], tuple[RowLayout, TableSchema]] = TableLru(
+            lambda _, hit: len(hit[1].columns)
         )
-        self._key_schemas: LruCache[bytes, KeyColumns] = LruCache(
-            cache_size, _KEY_SCHEMA_CACHE_BYTES, lambda key, _: len(key)
+        self._extended: TableLru[tuple[int, tuple[Column, ...]], tuple[RowLayout, RowLayout]] = TableLru(
+            lambda _, hit: len(hit[1].columns)
         )
+        self._key_schemas: TableLru[bytes, KeyColumns] = TableLru(_text_columns)
         # the shape of schemaless images (see _image_shape) -> their layout and inferred columns
-        self._shapes: LruCache[tuple[Any, ...], tuple[RowLayout, Inferred]] = LruCache(
-            cache_size, 200_000, lambda _, hit: len(hit[0].columns) + 1
+        self._shapes: TableLru[tuple[Any, ...], tuple[RowLayout, Inferred]] = TableLru(
+            lambda _, hit: len(hit[0].columns)
         )
         # the inferred column types of each table, kept stable across messages (see schemaless_json)
         # (in ``store``, the decoder's metadata store, too: a restart reads them back)
-        self.memory = ColumnMemory(4 * cache_size, 200_000, store)
+        self.memory = ColumnMemory(store=store)
 
     # -- caches ------------------------------------------------------------------------
 

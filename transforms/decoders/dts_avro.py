@@ -78,7 +78,7 @@ from transforms.decoders.base import (
     Decoder,
     Message,
 )
-from transforms.decoders.cache import LruCache, TableCache
+from transforms.decoders.cache import TableCache, TableLru
 from transforms.decoders.dts_avro_types import (
     _HINTS_NAMESPACE,
     _MICROS_FRACTION,
@@ -117,6 +117,7 @@ from transforms.envelope import (
 from transforms.errors import DecodeError
 from transforms.metadata import MetadataStore
 from transforms.options import FormatOptions
+from transforms.table_budget import text_columns
 from transforms.values import UNAVAILABLE
 
 __all__ = ["DtsAvroDecoder", "DtsAvroOptions", "DtsSchemaVersion", "RecordSchema", "record_schema"]
@@ -200,28 +201,30 @@ class DtsAvroDecoder(Decoder):
     options_model = DtsAvroOptions
     binary = True
 
-    _MAX_TABLES = 10_000
-
     def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
         super().__init__(options, metadata)
         if not isinstance(self.options, DtsAvroOptions):
             self.options = DtsAvroOptions.model_validate(self.options.model_dump(by_alias=True))
         self._version: DtsSchemaVersion = self.options.schema_version
-        self._tables = TableCache(self._MAX_TABLES)
-        self._hints: dict[str, dict[str, Any]] = {}
+        # every cache below is bounded by the table budget (transforms.table_budget)
+        self._tables = TableCache()
+        # table -> the type hints of its columns (a mirror of the metadata store's)
+        self._hints: TableLru[str, dict[str, Any]] = TableLru(lambda _, hints: len(hints))
         # column signature (see _columns) -> columns; (signature, names, key) -> table schema
-        self._column_sets: LruCache[tuple[Any, ...], tuple[Column, ...]] = LruCache(
-            self._MAX_TABLES, 200_000, lambda sig, _: len(sig[1]) + 1
+        self._column_sets: TableLru[tuple[Any, ...], tuple[Column, ...]] = TableLru(
+            lambda sig, _: len(sig[1])
         )
-        self._table_schemas: LruCache[tuple[Any, ...], TableSchema] = LruCache(
-            self._MAX_TABLES, 200_000, lambda slot, _: len(slot[0][1]) + len(slot[4]) + 1
+        self._table_schemas: TableLru[tuple[Any, ...], TableSchema] = TableLru(
+            lambda slot, _: len(slot[0][1]) + len(slot[4])
         )
         # pk_uk_info tag text -> (its PRIMARY columns or None,)
-        self._primary_keys: LruCache[str, tuple[tuple[str, ...] | None]] = LruCache(
-            self._MAX_TABLES, 4 * 1024 * 1024, lambda text, _: len(text) + 1
+        self._primary_keys: TableLru[str, tuple[tuple[str, ...] | None]] = TableLru(
+            lambda text, _: text_columns(text)
         )
         # (id(table), fraction per second) -> (table, its row plan); the entry keeps the table alive
-        self._row_plans: dict[tuple[int, int], tuple[TableSchema, _RowPlan]] = {}
+        self._row_plans: TableLru[tuple[int, int], tuple[TableSchema, _RowPlan]] = TableLru(
+            lambda _, hit: len(hit[1])
+        )
 
     # -- decode -----------------------------------------------------------------------
 
@@ -514,9 +517,7 @@ class DtsAvroDecoder(Decoder):
         merged = {**known, **observed}
         if merged != known:
             self.metadata.put(_HINTS_NAMESPACE, table, merged)
-        if len(self._hints) >= self._MAX_TABLES:
-            self._hints.clear()
-        self._hints[table] = merged
+        self._hints.put(table, merged)
         return merged
 
     def _key(self, record: dict[str, Any], columns: Sequence[Column], data: bytes) -> tuple[str, ...]:
@@ -579,10 +580,8 @@ class DtsAvroDecoder(Decoder):
         hit = self._row_plans.get((id(table), fraction_per_second))
         if hit is not None and hit[0] is table:
             return hit[1]
-        if len(self._row_plans) >= self._MAX_TABLES:
-            self._row_plans.clear()
         plan = tuple((col.name, col, _cell_converters(col, fraction_per_second)) for col in table.columns)
-        self._row_plans[(id(table), fraction_per_second)] = (table, plan)
+        self._row_plans.put((id(table), fraction_per_second), (table, plan))
         return plan
 
     def _row(

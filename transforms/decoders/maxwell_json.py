@@ -35,6 +35,7 @@ import orjson
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import Decoder, Message, check_decimal_params, type_name
+from transforms.decoders.cache import TableLru
 from transforms.decoders.fields import (
     INT64_MAX,
     duplicate,
@@ -90,7 +91,6 @@ _MAX_TS_SECONDS = INT64_MAX // 1000
 _LENGTH_ARG_TYPES = frozenset({"datetime", "timestamp", "time", "bit"})
 _UNSIGNED_NAMESPACE = "maxwell-json.bigint-unsigned"
 _UNSIGNED_TYPE = "bigint unsigned"
-_MAX_TABLES = 4096
 
 
 class MaxwellJsonOptions(MySqlTypeOptions):
@@ -151,7 +151,10 @@ class MaxwellJsonDecoder(Decoder):
         self._unsigned_mode = self.options_as(MaxwellJsonOptions).bigint_unsigned_handling_mode
         self._shapes = SchemalessShapes(store=self.metadata)
         # (db, table) -> the BIGINT UNSIGNED columns of its last def (mirrors the metadata store)
-        self._unsigned_columns: dict[tuple[str | None, str], frozenset[str]] = {}
+        # (bounded by the table budget, transforms.table_budget)
+        self._unsigned_columns: TableLru[tuple[str | None, str], frozenset[str]] = TableLru(
+            lambda _, names: len(names)
+        )
 
     def decode(self, message: Message) -> list[Event]:
         if message.value is None:
@@ -237,9 +240,7 @@ class MaxwellJsonDecoder(Decoder):
         return known
 
     def _remember_unsigned(self, slot: tuple[str | None, str], names: frozenset[str]) -> None:
-        if len(self._unsigned_columns) >= _MAX_TABLES and slot not in self._unsigned_columns:
-            self._unsigned_columns.clear()
-        self._unsigned_columns[slot] = names
+        self._unsigned_columns.put(slot, names)
 
     def _learn_unsigned(self, db: str | None, table: str, names: frozenset[str]) -> None:
         """Store the BIGINT UNSIGNED columns of a table's new def (empty: the table was dropped)."""

@@ -57,7 +57,7 @@ from pydantic import Field
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import MAX_DECIMAL_DIGITS, MAX_DECIMAL_EXPONENT, Decoder, Message
-from transforms.decoders.cache import LruCache, TableCache
+from transforms.decoders.cache import TableCache, TableLru
 from transforms.decoders.fields import epoch_millis, parse_int
 from transforms.decoders.qlik_model import (
     MAX_MASK_BYTES,
@@ -83,6 +83,7 @@ from transforms.errors import DecodeError, UnknownSchemaError
 from transforms.jsonio import JsonLimitError, loads_limited
 from transforms.metadata import MetadataStore
 from transforms.options import FormatOptions
+from transforms.table_budget import text_columns
 from transforms.values import CoercionError
 
 __all__ = [
@@ -122,8 +123,6 @@ _OPERATIONS = {
     "DELETE": Operation.DELETE,
 }
 _NAIVE_TIMESTAMPS = frozenset({Logical.TIMESTAMP, Logical.MICRO_TIMESTAMP, Logical.NANO_TIMESTAMP})
-_CACHE_LIMIT = 10_000
-_METADATA_CACHE_BYTES = 16 * 1024 * 1024
 # the caches of masks and header timestamps by their text: entries (cleared when full), and the
 # longest text kept (a mask of MAX_MASK_BYTES has twice as many hex digits)
 _SMALL_CACHE_LIMIT = 1024
@@ -245,20 +244,21 @@ class QlikChangeReader:
     def __init__(self, decoder: Decoder, options: QlikOptions) -> None:
         self._decoder = decoder
         self._options = options
-        self._tables: dict[str, RegisteredTable] = {}
-        self._schemas = TableCache(_CACHE_LIMIT)
+        # schema id -> its registered table (bounded by the table budget, as are the caches below)
+        self._tables: TableLru[str, RegisteredTable] = TableLru(lambda _, table: len(table.table.columns))
+        self._schemas = TableCache()
         # metadata message (its bytes) -> its registration: validating a metadata message and
         # building its table depend on the message alone; the store is read and written every time
-        self._registrations: LruCache[bytes, _Registration] = LruCache(
-            1024, _METADATA_CACHE_BYTES, lambda payload, _: len(payload)
+        self._registrations: TableLru[bytes, _Registration] = TableLru(
+            lambda payload, _: text_columns(payload)
         )
         # Avro gives typed values (Decimal, date, datetime, bytes); JSON gives text and numbers
         self._plans = RowPlans(_typed_value_converter if decoder.binary else fast_converter)
         self._masks: dict[str | bytes, ColumnMask] = {}  # mask text or bytes -> the mask
         self._times: dict[str, int] = {}  # header timestamp -> epoch ms (a transaction shares it)
         # (id of a registered table, change mask bits) -> (that table, changed_columns)
-        self._changed: LruCache[tuple[int, int], tuple[RegisteredTable, str]] = LruCache(
-            _SMALL_CACHE_LIMIT, 4 * 1024 * 1024, lambda key, value: key[1].bit_length() // 8 + len(value[1]) + 1
+        self._changed: TableLru[tuple[int, int], tuple[RegisteredTable, str]] = TableLru(
+            lambda key, value: text_columns(value[1]) + key[1].bit_length() // 512
         )
 
     # -- metadata --------------------------------------------------------------------
@@ -418,9 +418,7 @@ class QlikChangeReader:
         return RegisteredTable(document, meta, self._schemas.intern(meta.table_schema(self._options.database_name)))
 
     def _remember(self, schema_id: str, registered: RegisteredTable) -> None:
-        if len(self._tables) >= _CACHE_LIMIT:
-            self._tables.clear()
-        self._tables[schema_id] = registered
+        self._tables.put(schema_id, registered)
 
     def _lineage_ms(self, meta: QlikTableMetadata, payload: bytes) -> int | None:
         if not meta.timestamp:
@@ -635,7 +633,7 @@ class QlikJsonDecoder(Decoder):
 
 
 _ENVELOPE = parse_schema(ENVELOPE_SCHEMA)
-_SCHEMA_CACHE_BYTES = 64 * 1024 * 1024
+
 _PRIMITIVE_SIZES = {"null": 0, "boolean": 1, "int": 1, "long": 1, "float": 4, "double": 8, "bytes": 1, "string": 1}
 
 
@@ -703,7 +701,7 @@ class QlikAvroDecoder(Decoder):
     def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
         super().__init__(options, metadata)
         self.reader = QlikChangeReader(self, self.options_as(QlikOptions))
-        self._schemas: LruCache[str, Any] = LruCache(1024, _SCHEMA_CACHE_BYTES, lambda text, _: len(text))
+        self._schemas: TableLru[str, Any] = TableLru(lambda text, _: text_columns(text))
 
     def decode(self, message: Message) -> list[Event]:
         if message.value is None:

@@ -30,6 +30,7 @@ from typing import Any
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import MAX_DECIMAL_DIGITS, MAX_DECIMAL_EXPONENT
+from transforms.decoders.cache import TableLru
 from transforms.values import UNAVAILABLE, parse_datetime
 
 __all__ = ["FastConverter", "NotFast", "RowPlan", "RowPlans", "decimal_converter", "fast_converter", "int_converter"]
@@ -195,20 +196,31 @@ class RowPlan:
 
 
 class RowPlans:
-    """One decoder's row plans, by table structure (tables are interned, so by identity first)."""
+    """One decoder's row plans, by table structure: tables are interned, so looked up by identity
+    first, and tables with the same columns share one plan. Both caches are bounded by the table
+    budget (:mod:`transforms.table_budget`); ``max_tables`` adds a count bound (tests)."""
 
-    def __init__(self, fast_for: Callable[[Column], FastConverter | None] = fast_converter, max_tables: int = 4096) -> None:
+    def __init__(
+        self,
+        fast_for: Callable[[Column], FastConverter | None] = fast_converter,
+        max_tables: int | None = None,
+    ) -> None:
         self._fast_for = fast_for
-        self._max_tables = max_tables
         # id(table) -> (table, plan): the entry holds the table, so its id is not reused meanwhile
-        self._plans: dict[int, tuple[TableSchema, RowPlan]] = {}
+        self._plans: TableLru[int, tuple[TableSchema, RowPlan]] = TableLru(
+            lambda _, hit: len(hit[0].columns), max_tables
+        )
+        self._by_columns: TableLru[tuple[Column, ...], RowPlan] = TableLru(
+            lambda columns, _: len(columns), max_tables
+        )
 
     def plan(self, table: TableSchema) -> RowPlan:
         hit = self._plans.get(id(table))
         if hit is not None and hit[0] is table:
             return hit[1]
-        if len(self._plans) >= self._max_tables:
-            self._plans.clear()
-        plan = RowPlan(table.columns, self._fast_for)
-        self._plans[id(table)] = (table, plan)
+        plan = self._by_columns.get(table.columns)
+        if plan is None:
+            plan = RowPlan(table.columns, self._fast_for)
+            self._by_columns.put(table.columns, plan)
+        self._plans.put(id(table), (table, plan))
         return plan

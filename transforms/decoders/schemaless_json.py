@@ -64,10 +64,11 @@ import orjson
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import Decoder, ValueConverter
-from transforms.decoders.cache import LruCache, TableCache
+from transforms.decoders.cache import TableCache, TableLru
 from transforms.decoders.fields import INT64_MAX, INT64_MIN
 from transforms.decoders.rowplan import NotFast, fast_converter
 from transforms.metadata import MetadataStore
+from transforms.table_budget import table_budget
 from transforms.values import UNAVAILABLE, infer_column
 
 _TABLES = TableCache()
@@ -363,15 +364,21 @@ class TableTypes:
 
 
 class ColumnMemory:
-    """One decoder's :class:`TableTypes` per table, bounded by tables and by their total weight
-    (columns, and those of the resolutions each keeps): the least recently used table is dropped
-    first, and a table alone over the budget starts over. With a ``store`` (the decoder's metadata
-    store) every table's types are kept there too, and read back when the table is met again."""
+    """One decoder's :class:`TableTypes` per table, bounded by their total weight (columns, and
+    those of the resolutions each keeps): the table budget (:mod:`transforms.table_budget`) unless
+    ``max_columns`` is given, and ``max_tables`` tables if given. The least recently used table is
+    dropped first, and a table alone over the budget starts over. With a ``store`` (the decoder's
+    metadata store) every table's types are kept there too, and read back when the table is met again."""
 
-    def __init__(self, max_tables: int = 4096, max_columns: int = 200_000, store: MetadataStore | None = None) -> None:
+    def __init__(
+        self,
+        max_tables: int | None = None,
+        max_columns: int | None = None,
+        store: MetadataStore | None = None,
+    ) -> None:
         self._tables: OrderedDict[Hashable, TableTypes] = OrderedDict()
         self._max_tables = max_tables
-        self._max_columns = max_columns
+        self._fixed_columns = max_columns
         self._store = store
         self._weight = 0
 
@@ -395,7 +402,7 @@ class ColumnMemory:
         entry = TableTypes(self, store, "" if store is None else orjson.dumps(ident).decode())
         tables[ident] = entry
         self._count(entry, len(entry.types))
-        while len(tables) > self._max_tables:
+        while self._max_tables is not None and len(tables) > self._max_tables:
             self._drop_oldest()
         return entry
 
@@ -417,15 +424,20 @@ class ColumnMemory:
         self._weight -= dropped.weight
         dropped._memory = None  # no longer counted
 
+    @property
+    def _max_columns(self) -> int:
+        return table_budget() if self._fixed_columns is None else self._fixed_columns
+
     def _count(self, entry: TableTypes, weight: int) -> None:
         self._weight += weight
-        if weight < 0 or self._weight <= self._max_columns:
+        limit = self._max_columns
+        if weight < 0 or self._weight <= limit:
             return
-        while self._weight > self._max_columns and len(self._tables) > 1:
+        while self._weight > limit and len(self._tables) > 1:
             if next(iter(self._tables.values())) is entry:
                 break
             self._drop_oldest()
-        if self._weight > self._max_columns:  # this table alone: it starts over
+        if self._weight > limit:  # this table alone: it starts over
             self._weight -= entry.weight
             entry._reset()
 
@@ -621,11 +633,12 @@ class SchemalessShapes:
     types the columns as the table's memory does, and widens the memory), then ``shape.typed``.
     """
 
-    def __init__(self, max_shapes: int = 4096, max_names: int = 200_000, store: MetadataStore | None = None) -> None:
-        self._shapes: LruCache[tuple[ImageKey, ...], _Cached] = LruCache(
-            max_shapes, max_names, lambda key, _: sum(len(k[0]) for k in key if k is not None) + 1
+    def __init__(self, store: MetadataStore | None = None) -> None:
+        # both bounded by the table budget; a shape counts the field names of its images
+        self._shapes: TableLru[tuple[ImageKey, ...], _Cached] = TableLru(
+            lambda key, _: sum(len(k[0]) for k in key if k is not None)
         )
-        self.memory = ColumnMemory(max_shapes, max_names, store)
+        self.memory = ColumnMemory(store=store)
 
     def infer(self, *images: Mapping[str, Any] | None) -> Shape:
         """:func:`infer_images` of the images, with a plan to type each."""

@@ -43,7 +43,7 @@ from pydantic import Field, field_validator
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import Decoder, Message
-from transforms.decoders.cache import LruCache, TableCache
+from transforms.decoders.cache import TableCache, TableLru
 from transforms.decoders.fields import optional_int, optional_scalar, parse_int
 from transforms.decoders.rowplan import RowPlans
 from transforms.envelope import (
@@ -261,8 +261,9 @@ class ShareplexJsonDecoder(Decoder):
         self._tables = TableCache()
         # (owner, table, known column names, seen column names) -> (table schema, whether the seen
         # columns add to the known ones), see _schema
-        self._schemas: LruCache[_Shape, tuple[TableSchema, bool]] = LruCache(
-            4096, 200_000, lambda key, _: len(key[2]) + len(key[3]) + 1
+        # (bounded by the table budget, transforms.table_budget)
+        self._schemas: TableLru[_Shape, tuple[TableSchema, bool]] = TableLru(
+            lambda key, _: len(key[2]) + len(key[3])
         )
         self._plans = RowPlans()
         # meta time text -> epoch ms: the messages of a transaction share their times

@@ -1,0 +1,150 @@
+"""Per-table state is bounded by the table budget (columns), not by a count of tables (issue 29).
+
+A database of more tables than any fixed count must not make the decoders, the transforms and
+the emitter rebuild every table's schema per message; past the budget, the least recently used
+tables go, and what is kept never weighs more than the budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import orjson
+import pytest
+
+import transforms.envelope_codec as envelope_codec
+import transforms.envelope_model as envelope_model
+from bench.typed_canal import canal_message
+from service.app import Normalizer
+from service.config import parse_config
+from transforms.connect import Column, ConnectType, TableSchema
+from transforms.decoders import Message, create_decoder
+from transforms.decoders.canal_json import CanalJsonDecoder
+from transforms.decoders.rowplan import RowPlans
+from transforms.envelope import EmitOptions
+from transforms.errors import ConfigError
+from transforms.pipeline import Pipeline
+from transforms.table_budget import (
+    DEFAULT_TABLE_BUDGET,
+    TableLru,
+    set_table_budget,
+    table_budget,
+    table_weight,
+)
+
+COLUMNS = 8  # the columns of bench.typed_canal's tables
+
+
+def _run(pipeline: Pipeline, tables: int, rounds: int) -> list[bytes]:
+    out = []
+    for i in range(tables * rounds):
+        for record in pipeline.process(Message(value=canal_message(i, tables), topic="src")):
+            value = record.value_bytes()
+            assert value is not None
+            out.append(value)
+    return out
+
+
+@pytest.fixture
+def builds(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The tables whose canal schema is built (a cache miss), in order."""
+    built: list[str] = []
+    original = CanalJsonDecoder._build_schema
+
+    def counting(self: CanalJsonDecoder, doc: Any, *args: Any) -> Any:
+        built.append(doc["table"])
+        return original(self, doc, *args)
+
+    monkeypatch.setattr(CanalJsonDecoder, "_build_schema", counting)
+    yield built
+
+
+def test_more_tables_than_the_old_count_bounds_are_built_once(builds: list[str]) -> None:
+    """5,000 tables (the caches used to hold 4,096): each schema is built once, however often met."""
+    pipeline = Pipeline(create_decoder("canal-json"), EmitOptions(prefix="cdcnorm"))
+    _run(pipeline, 5_000, 2)
+    assert len(builds) == 5_000
+
+
+@pytest.fixture
+def fresh_emitter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The emitter's process-wide caches, empty (a budget applies to a cache at its next insert)."""
+    monkeypatch.setattr(envelope_codec, "_codec_cache", TableLru(lambda key, _: len(key[0].columns)))
+    monkeypatch.setattr(envelope_codec, "_codec_by_id", TableLru(lambda _, hit: len(hit[0].columns)))
+    monkeypatch.setattr(envelope_codec, "_last_codec", [None])
+    monkeypatch.setattr(envelope_model, "_encoded_schemas", TableLru(lambda _, hit: len(hit[0].get("fields", ()))))
+
+
+def test_past_the_budget_the_least_recently_used_tables_go(
+    builds: list[str], table_budget: Callable[[int], None], fresh_emitter: None
+) -> None:
+    table_budget(10 * table_weight(COLUMNS))  # room for 10 tables in each per-table cache
+    decoder = create_decoder("canal-json")
+    pipeline = Pipeline(decoder, EmitOptions(prefix="cdcnorm"))
+    _run(pipeline, 30, 2)
+    assert len(builds) == 60  # 30 tables round-robin through room for 10: every message misses
+    builds.clear()
+    _run(pipeline, 10, 3)  # 10 tables fit: built once, then kept
+    assert len(builds) == 10
+    budget = table_budget_now()
+    assert len(envelope_codec._codec_by_id) == 10
+    for cache in (decoder._shapes, decoder._tables._tables, decoder._plans._plans, decoder._plans._by_columns,
+                  envelope_codec._codec_cache, envelope_codec._codec_by_id, envelope_model._encoded_schemas):
+        assert cache.weight <= budget
+
+
+def table_budget_now() -> int:
+    return table_budget()
+
+
+def test_the_output_does_not_depend_on_the_budget(table_budget: Callable[[int], None]) -> None:
+    """Forgetting a table and building it again gives the same bytes as keeping it."""
+    kept = _run(Pipeline(create_decoder("canal-json"), EmitOptions(prefix="cdcnorm")), 50, 2)
+    table_budget(1_000)
+    forgotten = _run(Pipeline(create_decoder("canal-json"), EmitOptions(prefix="cdcnorm")), 50, 2)
+    assert forgotten == kept
+    first = orjson.loads(kept[0])
+    assert first["schema"]["name"] == "cdcnorm.shop.t0.Envelope" and first["payload"]["after"]["id"] == 0
+
+
+def test_tables_with_the_same_columns_share_one_row_plan() -> None:
+    plans = RowPlans()
+    columns = (Column("id", ConnectType.INT64, False), Column("v", ConnectType.STRING))
+    a = plans.plan(TableSchema("db", None, "a", columns, ("id",)))
+    assert plans.plan(TableSchema("db", None, "b", columns, ("id",))) is a
+
+
+def test_an_lru_keeps_within_its_budget_and_evicts_the_oldest(table_budget: Callable[[int], None]) -> None:
+    table_budget(8)
+    cache: TableLru[str, int] = TableLru(lambda _, columns: columns)
+    cache.put("a", 2)  # weighs 3
+    cache.put("b", 2)
+    assert cache.get("a") == 2  # a is now the most recent
+    cache.put("c", 2)
+    assert (cache.get("a"), cache.get("b"), cache.get("c"), cache.weight) == (2, None, 2, 6)
+    cache.put("huge", 100)  # above the whole budget: not kept, nothing evicted
+    assert cache.get("huge") is None and cache.weight == 6
+    table_budget(3)  # a smaller budget applies at the next insert
+    cache.put("d", 1)
+    assert cache.weight <= 3 and cache.get("d") == 1
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, True, "100"])
+def test_a_bad_budget_is_refused(bad: Any) -> None:
+    with pytest.raises(ValueError, match="whole number of columns"):
+        set_table_budget(bad)
+    assert table_budget() == DEFAULT_TABLE_BUDGET
+
+
+def test_the_worker_takes_the_budget_from_its_config(table_budget: Callable[[int], None]) -> None:
+    raw = {"topics": [{"name": "src", "format": "canal-json"}], "worker": {"table_cache_columns": 250_000}}
+    Normalizer(parse_config(raw, for_worker=False))
+    assert table_budget_now() == 250_000
+
+
+def test_a_budget_below_the_floor_stops_the_config_with_its_key() -> None:
+    raw = {"topics": [{"name": "src", "format": "canal-json"}], "worker": {"table_cache_columns": 10}}
+    with pytest.raises(ConfigError) as caught:
+        parse_config(raw, for_worker=False)
+    assert "worker.table_cache_columns" in str(caught.value)
