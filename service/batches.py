@@ -20,6 +20,7 @@ from service.dlq import (
     letter_bytes,
     smaller_dead_letters,
 )
+from service.lag import ConsumerLag, LagOffsets
 from service.limits import BATCH_HEADER_BYTES, TopicLimits
 from service.output import Output, Record, Refusal, record_wire_bytes
 from service.worker_types import (
@@ -91,6 +92,10 @@ class BatchProcessor:
     With ``limits`` (:class:`service.limits.TopicLimits`), the DLQ topics' ``max.message.bytes``
     are read from the broker before the first batch, and a dead letter is made to fit its topic
     (:meth:`Normalizer.letter_cap`); a refusal's dead letter names the refusing topic's limit.
+
+    It keeps the consumer lag (:attr:`lag`, :class:`service.lag.ConsumerLag`) up to date: the
+    records fetched and processed, the partitions assigned and revoked (:meth:`assigned`,
+    :meth:`revoked`) and the lag read from the broker (:meth:`refresh_lag`).
     """
 
     def __init__(
@@ -129,8 +134,7 @@ class BatchProcessor:
         self._gauge = metrics.inflight
         self._bytes_gauge = metrics.inflight_bytes
         self._waits = metrics.backpressure_waits
-        self._lag: dict[Any, Any] = {}
-        self._lag_metric = metrics.consumer_lag
+        self.lag = ConsumerLag(metrics.consumer_lag)
 
     # ------------------------------------------------------------------ processing
 
@@ -138,6 +142,10 @@ class BatchProcessor:
         """Normalize ``records`` (aiokafka ``ConsumerRecord``s per partition) and send the output."""
         if self.failed is not None:
             await asyncio.Event().wait()  # stopped: wait to be cancelled by the shutdown
+        # before any await: a lag refresh that runs meanwhile counts these records as not processed
+        for tp, batch in records.items():
+            if batch:
+                self.lag.fetched(tp, batch[0].offset)
         if not self._tasks:
             self._tasks = [asyncio.ensure_future(self._ship_loop()), asyncio.ensure_future(self._ack_loop())]
         if not self._limits_read:  # the DLQ topics' limits, before the first dead letter is made
@@ -185,6 +193,7 @@ class BatchProcessor:
                 if runtime is None:  # not ours (e.g. a pattern matched an output topic): skip
                     part.offsets[tp] = batch[-1].offset + 1
                     left -= len(batch)
+                    self._processed(tp, batch[-1].offset)
                     continue
                 partition = tp.partition
                 out = 0
@@ -262,7 +271,7 @@ class BatchProcessor:
         part.consumed[key] = part.consumed.get(key, 0) + n
         if out:
             part.produced[key] = part.produced.get(key, 0) + out
-        self._update_lag(tp, done)
+        self._processed(tp, done)
 
     def _seal(self, part: _Part) -> None:
         """Hand the records appended so far, with ``part``'s offsets, to the shipper."""
@@ -280,19 +289,41 @@ class BatchProcessor:
             _InFlight(part.offsets, part.messages, part.produced, output.take(), nbytes, sources=part.sources)
         )
 
-    def _update_lag(self, tp: Any, offset: int) -> None:
-        if self._highwater is None:
+    def _processed(self, tp: Any, offset: int) -> None:
+        """``tp`` was processed up to ``offset``: its lag from the consumer's last fetch."""
+        high: int | None = None
+        if self._highwater is not None:
+            try:
+                high = self._highwater(tp)
+            except Exception:
+                high = None
+        self.lag.processed(tp, offset + 1, high)
+
+    # ------------------------------------------------------------------ ownership, lag
+
+    def assigned(self, partitions: Iterable[Any]) -> None:
+        """The consumer group assigned ``partitions`` (the whole assignment)."""
+        self.lag.assigned(partitions)
+
+    def revoked(self, partitions: Iterable[Any]) -> None:
+        """``partitions`` were revoked (a rebalance began): their lag series go."""
+        self.lag.revoked(partitions)
+
+    async def refresh_lag(self, read: Callable[[frozenset[Any]], Awaitable[LagOffsets]]) -> None:
+        """Read the owned partitions' (high watermark, position) with ``read`` (the consumer's
+        :meth:`~service.transport.BatchConsumer.lag_offsets`) and set their lag; nothing while the
+        consumer is not a member of its group. What was read across an assignment or revocation is
+        not applied. When the read fails the series keep their values."""
+        lag = self.lag
+        owned, epoch = lag.owned, lag.epoch
+        if not self.state.joined or not owned:
             return
         try:
-            high = self._highwater(tp)
-        except Exception:
+            offsets = await read(owned)
+        except Exception as exc:
+            log.debug("consumer lag not refreshed error=%r", exc)
             return
-        if high is None:
-            return
-        gauge = self._lag.get(tp)
-        if gauge is None:
-            gauge = self._lag[tp] = self._lag_metric.labels(tp.topic, str(tp.partition))
-        gauge.set(max(0, high - offset - 1))
+        lag.refresh(offsets, epoch)
 
     # ------------------------------------------------------------------ sending, acknowledgements
 
@@ -524,7 +555,9 @@ class BatchProcessor:
         return self._inflight
 
     async def stop(self) -> None:
-        """Cancel the shipper and the acker and close the output (after :meth:`drain`, at shutdown)."""
+        """Cancel the shipper and the acker and close the output (after :meth:`drain`, at shutdown);
+        the lag series go (the partitions are not the worker's any more)."""
+        self.lag.clear()
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()

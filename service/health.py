@@ -1,9 +1,11 @@
-"""Liveness and readiness of the worker.
+"""Liveness, startup and readiness of the worker.
 
 * ``/healthz`` (liveness): the process runs and no fatal error stopped it.
-* ``/readyz`` (readiness): the Faust app started, joined its consumer group, Redis answers, the
-  metadata log was read to its end (:mod:`service.metadata_log`) and no fatal error happened.
-  During a Redis outage the worker pauses and is not ready.
+* ``/startupz`` (the startup probe): the app started and joined its consumer group.
+* ``/readyz`` (readiness): the Faust app started, is a member of its consumer group (not during a
+  rebalance: ``joined`` is false from the partitions' revocation to their assignment), Redis
+  answers, the metadata log was read to its end (:mod:`service.metadata_log`) and no fatal error
+  happened. During a Redis outage the worker pauses and is not ready.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-__all__ = ["HealthState", "health_report", "redis_ping"]
+__all__ = ["HealthState", "health_report", "redis_ping", "startup_report"]
 
 
 class HealthState(Protocol):
@@ -34,6 +36,21 @@ class HealthState(Protocol):
     def ready(self) -> bool: ...
 
 
+def _fatal(state: HealthState) -> str | None:
+    return None if state.fatal is None else f"{type(state.fatal).__name__}: {state.fatal}"
+
+
+def startup_report(state: HealthState) -> dict[str, Any]:
+    """The JSON body of ``/startupz``: ``started`` once the app started and joined its group."""
+    fatal = _fatal(state)
+    started = state.started and state.joined and fatal is None
+    body: dict[str, Any] = {"started": started, "app_started": state.started, "joined": state.joined}
+    if not started:
+        body["reason"] = (f"fatal error: {fatal}" if fatal is not None else
+                          "starting the app" if not state.started else "joining the consumer group")
+    return body
+
+
 def health_report(state: HealthState) -> dict[str, Any]:
     """The JSON body of ``/readyz``: ``ready`` plus the flags it is made of."""
     return {
@@ -46,7 +63,7 @@ def health_report(state: HealthState) -> dict[str, Any]:
         "redis_error": None if state.redis_ok else state.last_redis_error,
         "metadata_log": state.metadata_error is None,
         "metadata_log_error": state.metadata_error,
-        "fatal": None if state.fatal is None else f"{type(state.fatal).__name__}: {state.fatal}",
+        "fatal": _fatal(state),
     }
 
 

@@ -186,7 +186,11 @@ class Outcome:
 
 @dataclass
 class WorkerState:
-    """Health flags shared by the agents and the HTTP endpoints."""
+    """Health flags shared by the agents and the HTTP endpoints (:mod:`service.health`).
+
+    ``joined`` is true while the consumer is a member of its group with an assignment (maybe
+    empty): set when partitions are assigned, false from their revocation (a rebalance begins)
+    and once the worker stops. ``assigned`` is the partitions it owns."""
 
     started: bool = False
     joined: bool = False
