@@ -98,7 +98,7 @@ log = logging.getLogger("cdcnorm.worker")
 
 LAG_REFRESH_SECONDS = 10.0
 """How often the owned partitions' high watermarks and positions are read from the broker
-(``cdcnorm_consumer_lag``, :mod:`service.lag`), records flowing or not."""
+(``cdcnorm_consumer_lag`` and the liveness probe's work, :mod:`service.lag`), records flowing or not."""
 
 
 def quiet_library_loggers(level: int = logging.INFO) -> None:
@@ -377,6 +377,8 @@ def create_app(
         meta_store.start()
         state.metadata_status = meta_store.status
     metrics = normalizer.metrics
+    state.progress.stall_seconds = config.worker.liveness_stall_seconds
+    metrics.seconds_since_progress.set_function(state.progress.seconds_since_progress)
     ddir = data_dir or config.worker.data_dir or Path(tempfile.mkdtemp(prefix="cdcnorm-faust-"))
     app = BatchApp(config.worker.app_id, **_faust_settings(config, ddir))
     app.cdcnorm_state = state  # type: ignore[attr-defined]
@@ -495,7 +497,10 @@ def create_app(
 
     async def _refresh_lag() -> None:
         consumer = cast(BatchConsumer, app.consumer)
-        await processor.refresh_lag(lambda owned: consumer.lag_offsets(owned, LAG_REFRESH_SECONDS))
+        # the broker's answer within the interval; the consumer thread's within two (else the
+        # timer would wait for ever, and the lag stay what it was)
+        await processor.refresh_lag(lambda owned: asyncio.wait_for(
+            consumer.lag_offsets(owned, LAG_REFRESH_SECONDS), 2 * LAG_REFRESH_SECONDS))
 
     app.timer(LAG_REFRESH_SECONDS, name="cdcnorm-consumer-lag")(_refresh_lag)
 
@@ -543,15 +548,16 @@ def _redis_normalizer(config: PipelineConfig) -> tuple[Normalizer, Any, list[Any
 
 
 def _install_pages(app: Any, state: WorkerState, metrics: WorkerMetrics, meta_store: Any) -> None:
-    from service.health import health_report, redis_ping, startup_report
+    from service.health import health_report, liveness_report, redis_ping, startup_report
     from service.metrics import CONTENT_TYPE_LATEST
 
     client = getattr(meta_store, "_redis", None)
 
     @app.page("/healthz")
     async def healthz(self: Any, request: Any) -> Any:
-        ok = state.live
-        return self.json({"status": "ok" if ok else "failed"}, status=200 if ok else 500)
+        report = liveness_report(state)
+        ok = report["live"]
+        return self.json({"status": "ok" if ok else "failed", **report}, status=200 if ok else 503)
 
     @app.page("/startupz")
     async def startupz(self: Any, request: Any) -> Any:

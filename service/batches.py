@@ -93,9 +93,11 @@ class BatchProcessor:
     are read from the broker before the first batch, and a dead letter is made to fit its topic
     (:meth:`Normalizer.letter_cap`); a refusal's dead letter names the refusing topic's limit.
 
-    It keeps the consumer lag (:attr:`lag`, :class:`service.lag.ConsumerLag`) up to date: the
-    records fetched and processed, the partitions assigned and revoked (:meth:`assigned`,
-    :meth:`revoked`) and the lag read from the broker (:meth:`refresh_lag`).
+    It keeps the worker's stall clock (``state.progress``, the liveness probe) and the consumer lag
+    (:attr:`lag`, :class:`service.lag.ConsumerLag`) up to date: the messages fetched whose output
+    is not acknowledged yet, each message processed and each batch acknowledged, the partitions
+    assigned and revoked (:meth:`assigned`, :meth:`revoked`) and the lag read from the broker
+    (:meth:`refresh_lag`).
     """
 
     def __init__(
@@ -135,6 +137,8 @@ class BatchProcessor:
         self._bytes_gauge = metrics.inflight_bytes
         self._waits = metrics.backpressure_waits
         self.lag = ConsumerLag(metrics.consumer_lag)
+        self._progress = state.progress
+        self._fetched = 0  # messages of the batch in progress not handed to the shipper yet
 
     # ------------------------------------------------------------------ processing
 
@@ -143,9 +147,13 @@ class BatchProcessor:
         if self.failed is not None:
             await asyncio.Event().wait()  # stopped: wait to be cancelled by the shutdown
         # before any await: a lag refresh that runs meanwhile counts these records as not processed
+        fetched = 0
         for tp, batch in records.items():
             if batch:
                 self.lag.fetched(tp, batch[0].offset)
+                fetched += len(batch)
+        self._fetched = fetched
+        self._progress.observe_unacked(self._fetched + self._inflight)
         if not self._tasks:
             self._tasks = [asyncio.ensure_future(self._ship_loop()), asyncio.ensure_future(self._ack_loop())]
         if not self._limits_read:  # the DLQ topics' limits, before the first dead letter is made
@@ -157,6 +165,9 @@ class BatchProcessor:
             log.critical("processing failed; stopping error=%r", exc)
             self._fail(exc)
             raise
+        finally:
+            self._fetched = 0  # handed over, skipped, or never to be processed (a fatal error)
+            self._progress.observe_unacked(self._inflight)
         if fatal is not None:
             await self._to_ship.join()
             await self._queue.join()
@@ -280,6 +291,7 @@ class BatchProcessor:
         # inflight first, then messages_in, with no await in between: a scrape never sees
         # all messages counted and nothing in flight while a batch is still unacknowledged
         self._inflight += part.messages
+        self._fetched -= part.messages
         self._gauge.inc(part.messages)
         self._inflight_bytes += nbytes
         self._bytes_gauge.inc(nbytes)
@@ -290,7 +302,8 @@ class BatchProcessor:
         )
 
     def _processed(self, tp: Any, offset: int) -> None:
-        """``tp`` was processed up to ``offset``: its lag from the consumer's last fetch."""
+        """``tp`` was processed up to ``offset``: progress, and its lag from the consumer's last fetch."""
+        self._progress.progressed()
         high: int | None = None
         if self._highwater is not None:
             try:
@@ -304,16 +317,19 @@ class BatchProcessor:
     def assigned(self, partitions: Iterable[Any]) -> None:
         """The consumer group assigned ``partitions`` (the whole assignment)."""
         self.lag.assigned(partitions)
+        self._progress.observe_lag(self.lag.unfetched())
 
     def revoked(self, partitions: Iterable[Any]) -> None:
         """``partitions`` were revoked (a rebalance began): their lag series go."""
         self.lag.revoked(partitions)
+        self._progress.observe_lag(self.lag.unfetched())
 
     async def refresh_lag(self, read: Callable[[frozenset[Any]], Awaitable[LagOffsets]]) -> None:
         """Read the owned partitions' (high watermark, position) with ``read`` (the consumer's
         :meth:`~service.transport.BatchConsumer.lag_offsets`) and set their lag; nothing while the
         consumer is not a member of its group. What was read across an assignment or revocation is
-        not applied. When the read fails the series keep their values."""
+        not applied. When the read fails the records to fetch are unknown until the next one (an
+        unreachable broker is not a stall of the worker); the series keep their values."""
         lag = self.lag
         owned, epoch = lag.owned, lag.epoch
         if not self.state.joined or not owned:
@@ -322,8 +338,9 @@ class BatchProcessor:
             offsets = await read(owned)
         except Exception as exc:
             log.debug("consumer lag not refreshed error=%r", exc)
+            self._progress.observe_lag(None)
             return
-        lag.refresh(offsets, epoch)
+        self._progress.observe_lag(lag.refresh(offsets, epoch))
 
     # ------------------------------------------------------------------ sending, acknowledgements
 
@@ -379,6 +396,8 @@ class BatchProcessor:
                 count_out(topic, fmt, n)
             self._inflight -= item.messages
             self._gauge.dec(item.messages)
+            self._progress.progressed()
+            self._progress.observe_unacked(self._fetched + self._inflight)
             self._inflight_bytes -= item.nbytes
             self._bytes_gauge.dec(item.nbytes)
             if not self._full():
@@ -558,6 +577,7 @@ class BatchProcessor:
         """Cancel the shipper and the acker and close the output (after :meth:`drain`, at shutdown);
         the lag series go (the partitions are not the worker's any more)."""
         self.lag.clear()
+        self._progress.observe_lag(None)
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
@@ -589,7 +609,9 @@ async def normalize_with_retry(
 ) -> Outcome:
     """:meth:`Normalizer.process`, retrying with jittered back-off while the state store fails.
 
-    While it retries, ``state.redis_ok`` is false (``/readyz`` says not ready).
+    While it retries, ``state.redis_ok`` is false (``/readyz`` says not ready); each failed attempt
+    that comes back keeps the worker alive (:meth:`service.health.Progress.retried`), the stall
+    clock goes on.
     """
     cfg = normalizer.config.worker
     delay = cfg.retry_initial_s
@@ -600,6 +622,7 @@ async def normalize_with_retry(
             attempt += 1
             state.redis_ok = False
             state.last_redis_error = str(error)
+            state.progress.retried()  # the attempt came back: waiting out an outage is alive
             if attempt == 1 or attempt % 10 == 0:
                 log.warning(
                     "state store unavailable, pausing topic=%s partition=%s offset=%s attempt=%d retry_in=%.1fs error=%s",

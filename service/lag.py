@@ -1,5 +1,5 @@
 """The worker's consumer lag: ``cdcnorm_consumer_lag`` per partition it owns, and the records it has
-not fetched yet.
+not fetched yet, which the liveness probe counts as work (:class:`service.health.Progress`).
 
 A partition's lag is its high watermark minus the next offset to process: records fetched and not
 processed yet count, so lag plus the messages counted in is what the partition holds. It is set

@@ -101,6 +101,13 @@ class WorkerMetrics:
             ["topic", "partition"],
             registry=r,
         )
+        self.seconds_since_progress = Gauge(
+            "cdcnorm_seconds_since_progress",
+            "Seconds the worker has had records to fetch or fetched messages not acknowledged without "
+            "processing or acknowledging any (0 while it has nothing to do); /healthz fails above "
+            "worker.liveness_stall_seconds.",
+            registry=r,
+        )
         self.redis_errors = Counter(
             "cdcnorm_redis_errors", "Failed Redis operations.", ["operation"], registry=r
         )

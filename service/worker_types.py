@@ -14,6 +14,7 @@ from service.config import (
 )
 from service.converters import RecordConverter
 from service.dlq import LetterContext
+from service.health import Progress
 from transforms.decoders import Decoder
 from transforms.envelope import EmitOptions, Event, OutRecord, TransactionEvent
 from transforms.errors import CdcnormError
@@ -199,10 +200,12 @@ class WorkerState:
     last_redis_error: str | None = None
     assigned: set[Any] = field(default_factory=set)
     metadata_status: Callable[[], str | None] | None = None  # the metadata log: None once loaded
+    progress: Progress = field(default_factory=Progress)  # the stall clock of the liveness probe
 
     @property
     def live(self) -> bool:
-        return self.fatal is None
+        """No fatal error, and not stalled (:meth:`Progress.stalled`)."""
+        return self.fatal is None and self.progress.stalled() is None
 
     @property
     def metadata_error(self) -> str | None:
