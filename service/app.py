@@ -47,7 +47,7 @@ import logging
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from service.batches import BatchProcessor
 from service.config import (
@@ -93,9 +93,13 @@ from transforms.errors import ConfigError, StateStoreError
 from transforms.metadata import InMemoryMetadataStore, MetadataStore, RowStateStore, ScopedMetadataStore
 from transforms.table_budget import set_table_budget
 
-__all__ = ["Normalizer", "create_app", "quiet_library_loggers", "run_worker"]
+__all__ = ["LAG_REFRESH_SECONDS", "Normalizer", "create_app", "quiet_library_loggers", "run_worker"]
 
 log = logging.getLogger("cdcnorm.worker")
+
+LAG_REFRESH_SECONDS = 10.0
+"""How often the owned partitions' high watermarks and positions are read from the broker
+(``cdcnorm_consumer_lag`` and the liveness probe's work, :mod:`service.lag`), records flowing or not."""
 
 
 def quiet_library_loggers(level: int = logging.INFO) -> None:
@@ -363,7 +367,7 @@ def create_app(
     stop. The :class:`BatchProcessor` is ``app.cdcnorm_processor``. Raises ConfigError for a
     setting Faust's aiokafka consumer cannot honour (``broker.group_protocol: consumer``).
     """
-    from service.transport import BatchApp
+    from service.transport import BatchApp, BatchConsumer
 
     check_worker_client(config)  # parse_config reports it too; a config built in code gets here first
     quiet_library_loggers(logging.getLevelName(config.worker.log_level))
@@ -376,6 +380,8 @@ def create_app(
         meta_store.start()
         state.metadata_status = meta_store.status
     metrics = normalizer.metrics
+    state.progress.stall_seconds = config.worker.liveness_stall_seconds
+    metrics.seconds_since_progress.set_function(state.progress.seconds_since_progress)
     ddir = data_dir or config.worker.data_dir or Path(tempfile.mkdtemp(prefix="cdcnorm-faust-"))
     app = BatchApp(config.worker.app_id, **_faust_settings(config, ddir))
     app.cdcnorm_state = state  # type: ignore[attr-defined]
@@ -453,9 +459,12 @@ def create_app(
                                 key_serializer="raw", value_serializer="raw")
         app.topics.add(channel)
 
+    # A rebalance revokes every partition (aiokafka's eager protocol), then assigns the new set,
+    # maybe empty: the worker is a member of its group again. Between the two it is not joined.
     async def _assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
         state.joined = True
         state.assigned = set(assigned)
+        processor.assigned(assigned)
         for store in row_stores:
             store.clear_cache()
         # the group generation names the rebalance, so the lines of all replicas line up
@@ -464,11 +473,15 @@ def create_app(
     app.on_partitions_assigned.connect(_assigned)  # type: ignore[arg-type]
 
     async def _revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
+        state.joined = False
+        state.assigned = state.assigned - set(revoked)
+        processor.revoked(revoked)
         log.info("partitions revoked count=%d generation=%d", len(revoked), app.consumer_generation_id)
 
     app.on_partitions_revoked.connect(_revoked)  # type: ignore[arg-type]
 
     async def _stopping(sender: Any, **kwargs: Any) -> None:
+        state.joined = False
         await processor.stop()
         if hasattr(meta_store, "close"):
             await asyncio.to_thread(meta_store.close)
@@ -484,6 +497,15 @@ def create_app(
         gc.freeze()
 
     app.task(_started)
+
+    async def _refresh_lag() -> None:
+        consumer = cast(BatchConsumer, app.consumer)
+        # the broker's answer within the interval; the consumer thread's within two (else the
+        # timer would wait for ever, and the lag stay what it was)
+        await processor.refresh_lag(lambda owned: asyncio.wait_for(
+            consumer.lag_offsets(owned, LAG_REFRESH_SECONDS), 2 * LAG_REFRESH_SECONDS))
+
+    app.timer(LAG_REFRESH_SECONDS, name="cdcnorm-consumer-lag")(_refresh_lag)
 
     if config.web.enabled:
         _install_pages(app, state, metrics, meta_store)
@@ -529,15 +551,21 @@ def _redis_normalizer(config: PipelineConfig) -> tuple[Normalizer, Any, list[Any
 
 
 def _install_pages(app: Any, state: WorkerState, metrics: WorkerMetrics, meta_store: Any) -> None:
-    from service.health import health_report, redis_ping
+    from service.health import health_report, liveness_report, redis_ping, startup_report
     from service.metrics import CONTENT_TYPE_LATEST
 
     client = getattr(meta_store, "_redis", None)
 
     @app.page("/healthz")
     async def healthz(self: Any, request: Any) -> Any:
-        ok = state.live
-        return self.json({"status": "ok" if ok else "failed"}, status=200 if ok else 500)
+        report = liveness_report(state)
+        ok = report["live"]
+        return self.json({"status": "ok" if ok else "failed", **report}, status=200 if ok else 503)
+
+    @app.page("/startupz")
+    async def startupz(self: Any, request: Any) -> Any:
+        report = startup_report(state)
+        return self.json(report, status=200 if report["started"] else 503)
 
     @app.page("/readyz")
     async def readyz(self: Any, request: Any) -> Any:

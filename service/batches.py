@@ -20,6 +20,7 @@ from service.dlq import (
     letter_bytes,
     smaller_dead_letters,
 )
+from service.lag import ConsumerLag, LagOffsets
 from service.limits import BATCH_HEADER_BYTES, TopicLimits
 from service.output import Output, Record, Refusal, record_wire_bytes
 from service.worker_types import (
@@ -91,6 +92,12 @@ class BatchProcessor:
     With ``limits`` (:class:`service.limits.TopicLimits`), the DLQ topics' ``max.message.bytes``
     are read from the broker before the first batch, and a dead letter is made to fit its topic
     (:meth:`Normalizer.letter_cap`); a refusal's dead letter names the refusing topic's limit.
+
+    It keeps the worker's stall clock (``state.progress``, the liveness probe) and the consumer lag
+    (:attr:`lag`, :class:`service.lag.ConsumerLag`) up to date: the messages fetched whose output
+    is not acknowledged yet, each message processed and each batch acknowledged, the partitions
+    assigned and revoked (:meth:`assigned`, :meth:`revoked`) and the lag read from the broker
+    (:meth:`refresh_lag`).
     """
 
     def __init__(
@@ -129,8 +136,9 @@ class BatchProcessor:
         self._gauge = metrics.inflight
         self._bytes_gauge = metrics.inflight_bytes
         self._waits = metrics.backpressure_waits
-        self._lag: dict[Any, Any] = {}
-        self._lag_metric = metrics.consumer_lag
+        self.lag = ConsumerLag(metrics.consumer_lag)
+        self._progress = state.progress
+        self._fetched = 0  # messages of the batch in progress not handed to the shipper yet
 
     # ------------------------------------------------------------------ processing
 
@@ -138,6 +146,14 @@ class BatchProcessor:
         """Normalize ``records`` (aiokafka ``ConsumerRecord``s per partition) and send the output."""
         if self.failed is not None:
             await asyncio.Event().wait()  # stopped: wait to be cancelled by the shutdown
+        # before any await: a lag refresh that runs meanwhile counts these records as not processed
+        fetched = 0
+        for tp, batch in records.items():
+            if batch:
+                self.lag.fetched(tp, batch[0].offset)
+                fetched += len(batch)
+        self._fetched = fetched
+        self._progress.observe_unacked(self._fetched + self._inflight)
         if not self._tasks:
             self._tasks = [asyncio.ensure_future(self._ship_loop()), asyncio.ensure_future(self._ack_loop())]
         if not self._limits_read:  # the DLQ topics' limits, before the first dead letter is made
@@ -149,6 +165,9 @@ class BatchProcessor:
             log.critical("processing failed; stopping error=%r", exc)
             self._fail(exc)
             raise
+        finally:
+            self._fetched = 0  # handed over, skipped, or never to be processed (a fatal error)
+            self._progress.observe_unacked(self._inflight)
         if fatal is not None:
             await self._to_ship.join()
             await self._queue.join()
@@ -185,6 +204,7 @@ class BatchProcessor:
                 if runtime is None:  # not ours (e.g. a pattern matched an output topic): skip
                     part.offsets[tp] = batch[-1].offset + 1
                     left -= len(batch)
+                    self._processed(tp, batch[-1].offset)
                     continue
                 partition = tp.partition
                 out = 0
@@ -262,7 +282,7 @@ class BatchProcessor:
         part.consumed[key] = part.consumed.get(key, 0) + n
         if out:
             part.produced[key] = part.produced.get(key, 0) + out
-        self._update_lag(tp, done)
+        self._processed(tp, done)
 
     def _seal(self, part: _Part) -> None:
         """Hand the records appended so far, with ``part``'s offsets, to the shipper."""
@@ -271,6 +291,7 @@ class BatchProcessor:
         # inflight first, then messages_in, with no await in between: a scrape never sees
         # all messages counted and nothing in flight while a batch is still unacknowledged
         self._inflight += part.messages
+        self._fetched -= part.messages
         self._gauge.inc(part.messages)
         self._inflight_bytes += nbytes
         self._bytes_gauge.inc(nbytes)
@@ -280,19 +301,46 @@ class BatchProcessor:
             _InFlight(part.offsets, part.messages, part.produced, output.take(), nbytes, sources=part.sources)
         )
 
-    def _update_lag(self, tp: Any, offset: int) -> None:
-        if self._highwater is None:
+    def _processed(self, tp: Any, offset: int) -> None:
+        """``tp`` was processed up to ``offset``: progress, and its lag from the consumer's last fetch."""
+        self._progress.progressed()
+        high: int | None = None
+        if self._highwater is not None:
+            try:
+                high = self._highwater(tp)
+            except Exception:
+                high = None
+        self.lag.processed(tp, offset + 1, high)
+
+    # ------------------------------------------------------------------ ownership, lag
+
+    def assigned(self, partitions: Iterable[Any]) -> None:
+        """The consumer group assigned ``partitions`` (the whole assignment)."""
+        self.lag.assigned(partitions)
+        self._progress.observe_lag(self.lag.unfetched())
+
+    def revoked(self, partitions: Iterable[Any]) -> None:
+        """``partitions`` were revoked (a rebalance began): their lag series go."""
+        self.lag.revoked(partitions)
+        self._progress.observe_lag(self.lag.unfetched())
+
+    async def refresh_lag(self, read: Callable[[frozenset[Any]], Awaitable[LagOffsets]]) -> None:
+        """Read the owned partitions' (high watermark, position) with ``read`` (the consumer's
+        :meth:`~service.transport.BatchConsumer.lag_offsets`) and set their lag; nothing while the
+        consumer is not a member of its group. What was read across an assignment or revocation is
+        not applied. When the read fails the records to fetch are unknown until the next one (an
+        unreachable broker is not a stall of the worker); the series keep their values."""
+        lag = self.lag
+        owned, epoch = lag.owned, lag.epoch
+        if not self.state.joined or not owned:
             return
         try:
-            high = self._highwater(tp)
-        except Exception:
+            offsets = await read(owned)
+        except Exception as exc:
+            log.debug("consumer lag not refreshed error=%r", exc)
+            self._progress.observe_lag(None)
             return
-        if high is None:
-            return
-        gauge = self._lag.get(tp)
-        if gauge is None:
-            gauge = self._lag[tp] = self._lag_metric.labels(tp.topic, str(tp.partition))
-        gauge.set(max(0, high - offset - 1))
+        self._progress.observe_lag(lag.refresh(offsets, epoch))
 
     # ------------------------------------------------------------------ sending, acknowledgements
 
@@ -348,6 +396,8 @@ class BatchProcessor:
                 count_out(topic, fmt, n)
             self._inflight -= item.messages
             self._gauge.dec(item.messages)
+            self._progress.progressed()
+            self._progress.observe_unacked(self._fetched + self._inflight)
             self._inflight_bytes -= item.nbytes
             self._bytes_gauge.dec(item.nbytes)
             if not self._full():
@@ -524,7 +574,10 @@ class BatchProcessor:
         return self._inflight
 
     async def stop(self) -> None:
-        """Cancel the shipper and the acker and close the output (after :meth:`drain`, at shutdown)."""
+        """Cancel the shipper and the acker and close the output (after :meth:`drain`, at shutdown);
+        the lag series go (the partitions are not the worker's any more)."""
+        self.lag.clear()
+        self._progress.observe_lag(None)
         tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
@@ -556,7 +609,9 @@ async def normalize_with_retry(
 ) -> Outcome:
     """:meth:`Normalizer.process`, retrying with jittered back-off while the state store fails.
 
-    While it retries, ``state.redis_ok`` is false (``/readyz`` says not ready).
+    While it retries, ``state.redis_ok`` is false (``/readyz`` says not ready); each failed attempt
+    that comes back keeps the worker alive (:meth:`service.health.Progress.retried`), the stall
+    clock goes on.
     """
     cfg = normalizer.config.worker
     delay = cfg.retry_initial_s
@@ -567,6 +622,7 @@ async def normalize_with_retry(
             attempt += 1
             state.redis_ok = False
             state.last_redis_error = str(error)
+            state.progress.retried()  # the attempt came back: waiting out an outage is alive
             if attempt == 1 or attempt % 10 == 0:
                 log.warning(
                     "state store unavailable, pausing topic=%s partition=%s offset=%s attempt=%d retry_in=%.1fs error=%s",

@@ -130,7 +130,8 @@ CONNECT_ERROR_KEYS: dict[str, str] = {
 # errors.tolerance values (case-insensitive, as Connect reads them) -> ErrorPolicy
 _TOLERANCE = {"none": ErrorPolicy.FAIL, "all": ErrorPolicy.DLQ}
 # error types whose ctx names the key (below the model's loc) that the error is about
-_KEY_ERRORS = ("connect_key_conflict", "connect_key_value", "prefix_not_below_limit", "min_insync_above_replicas")
+_KEY_ERRORS = ("connect_key_conflict", "connect_key_value", "prefix_not_below_limit", "min_insync_above_replicas",
+               "retry_not_below_stall")
 
 
 def _connect_error_keys(data: Any) -> Any:
@@ -274,7 +275,7 @@ class RedisConfig(_Section):
 
 
 class WebConfig(_Section):
-    """The HTTP endpoints: ``/healthz``, ``/readyz`` and ``/metrics``."""
+    """The HTTP endpoints: ``/healthz``, ``/startupz``, ``/readyz`` and ``/metrics``."""
 
     enabled: bool = True
     host: str = "0.0.0.0"
@@ -318,6 +319,13 @@ class WorkerConfig(_Section):
     )
     retry_initial_s: float = Field(0.5, gt=0)
     retry_max_s: float = Field(30.0, gt=0)
+    liveness_stall_seconds: float = Field(
+        600.0,
+        gt=0,
+        description="/healthz fails when the worker has had records to fetch on a partition it owns, or fetched "
+        "messages whose output is not acknowledged, for this long without processing or acknowledging any. A "
+        "worker idle because nothing arrives stays alive, and so does one retrying through a Redis outage.",
+    )
     log_level: str = "INFO"
     shutdown_timeout_s: float = Field(
         30.0,
@@ -365,6 +373,27 @@ class WorkerConfig(_Section):
                 "prefix_not_below_limit",
                 "must be below max_message_bytes ({limit}): the dead letter of an oversized message carries a prefix",
                 {"key": "oversized_prefix_bytes", "limit": self.max_message_bytes},
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _retry_below_stall(self) -> WorkerConfig:
+        # a worker retrying through a Redis outage is alive as long as its attempts come back
+        # (service.health): the longest wait between two attempts must leave room for one
+        if self.retry_max_s >= self.liveness_stall_seconds:
+            retry, stall = f"{self.retry_max_s:g}", f"{self.liveness_stall_seconds:g}"
+            if "liveness_stall_seconds" in self.model_fields_set:  # name the key the file sets
+                raise PydanticCustomError(
+                    "retry_not_below_stall",
+                    "must be above retry_max_s ({retry}): a worker waiting that long between attempts to reach "
+                    "Redis would be restarted by its liveness probe",
+                    {"key": "liveness_stall_seconds", "retry": retry},
+                )
+            raise PydanticCustomError(
+                "retry_not_below_stall",
+                "must be below liveness_stall_seconds ({stall}): a worker waiting that long between attempts to "
+                "reach Redis would be restarted by its liveness probe",
+                {"key": "retry_max_s", "stall": stall},
             )
         return self
 

@@ -2,7 +2,8 @@
 
 Each :class:`WorkerMetrics` owns its registry, so several workers (tests) can live in one
 process. Consumer lag is best effort: it is ``high watermark - next offset`` as the broker
-reports it, and some brokers (Tansu) report high watermarks per batch, not per record.
+reports it, and some brokers (Tansu) report high watermarks per batch, not per record; it has a
+series per partition the worker owns, refreshed also while nothing flows (:mod:`service.lag`).
 """
 
 from __future__ import annotations
@@ -95,8 +96,16 @@ class WorkerMetrics:
         )
         self.consumer_lag = Gauge(
             "cdcnorm_consumer_lag",
-            "High watermark minus next offset to process (best effort).",
+            "High watermark minus next offset to process, per partition this worker owns (best effort; "
+            "refreshed from the broker also while nothing flows, removed when the partition is revoked).",
             ["topic", "partition"],
+            registry=r,
+        )
+        self.seconds_since_progress = Gauge(
+            "cdcnorm_seconds_since_progress",
+            "Seconds the worker has had records to fetch or fetched messages not acknowledged without "
+            "processing or acknowledging any (0 while it has nothing to do); /healthz fails above "
+            "worker.liveness_stall_seconds.",
             registry=r,
         )
         self.redis_errors = Counter(

@@ -16,6 +16,9 @@ committed offsets, flow control, the commit timer, the livelock detector) and re
 * ``wait_empty`` (called on stop and before partitions are revoked): waits for the handler's
   in-flight output to be acknowledged, then commits.
 
+It adds :meth:`BatchConsumer.lag_offsets`: the high watermarks (from the broker) and positions of
+partitions, for the consumer lag (:mod:`service.lag`).
+
 Its producer (:class:`IdempotentProducer`) is idempotent with ``acks=all`` when it is the
 output (``worker.output_client: aiokafka``, :attr:`BatchApp.idempotent_producer`): Faust asks
 for idempotence only inside transactions, so a batch retried after a broker failure could be
@@ -27,7 +30,7 @@ written twice.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from time import monotonic
 from typing import Any, Protocol, cast
 
@@ -157,6 +160,17 @@ class BatchConsumer(faust_aiokafka.Consumer):
             self.log.info("fetch dropped across a rebalance or pause: %s[%s] rewound from %s to %s",
                           tp.topic, tp.partition, position, offset)
 
+    async def lag_offsets(self, partitions: Iterable[TP], timeout_s: float) -> dict[TP, tuple[int | None, int | None]]:
+        """(high watermark, position) of each of ``partitions``: the watermark asked from the broker
+        (ListOffsets, whether records flow or not), the position the consumer's (None while it
+        awaits its reset, or for a partition not assigned). Raises when the broker does not answer
+        within ``timeout_s``."""
+        thread = cast(faust_aiokafka.AIOKafkaConsumerThread, self._thread)
+        result: dict[TP, tuple[int | None, int | None]] = await thread.call_thread(
+            _lag_offsets, thread._ensure_consumer(), list(partitions), timeout_s
+        )
+        return result
+
     async def commit(self, topics: Any = None, start_new_transaction: bool = True) -> bool:
         handler = self.batch_handler
         if handler is None:
@@ -208,6 +222,23 @@ async def _rewind_positions(consumer: Any, first: Mapping[TP, int]) -> dict[TP, 
             consumer.seek(tp, offset)  # also discards what the fetcher buffered for tp
             moved[tp] = (position, offset)
     return moved
+
+
+async def _lag_offsets(consumer: Any, partitions: list[TP], timeout_s: float) -> dict[TP, tuple[int | None, int | None]]:
+    """On the consumer thread's loop: :meth:`BatchConsumer.lag_offsets`. The positions are read
+    after the watermarks, from aiokafka's subscription state (as :func:`_rewind_positions` does), so
+    a position is never older than its watermark."""
+    if not partitions:
+        return {}
+    highs: Mapping[Any, int] = await asyncio.wait_for(consumer.end_offsets(partitions), timeout_s)
+    subscription = consumer._subscription.subscription
+    assignment = subscription.assignment if subscription is not None else None
+    out: dict[TP, tuple[int | None, int | None]] = {}
+    for tp in partitions:
+        state = assignment.state_value(tp) if assignment is not None and assignment.active else None
+        position = state.position if state is not None and state.has_valid_position else None
+        out[tp] = (highs.get(tp), position)
+    return out
 
 
 class IdempotentProducer(faust_aiokafka.Producer):

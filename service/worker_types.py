@@ -14,6 +14,7 @@ from service.config import (
 )
 from service.converters import RecordConverter
 from service.dlq import LetterContext
+from service.health import Progress
 from transforms.decoders import Decoder
 from transforms.envelope import EmitOptions, Event, OutRecord, TransactionEvent
 from transforms.errors import CdcnormError
@@ -186,7 +187,11 @@ class Outcome:
 
 @dataclass
 class WorkerState:
-    """Health flags shared by the agents and the HTTP endpoints."""
+    """Health flags shared by the agents and the HTTP endpoints (:mod:`service.health`).
+
+    ``joined`` is true while the consumer is a member of its group with an assignment (maybe
+    empty): set when partitions are assigned, false from their revocation (a rebalance begins)
+    and once the worker stops. ``assigned`` is the partitions it owns."""
 
     started: bool = False
     joined: bool = False
@@ -195,10 +200,12 @@ class WorkerState:
     last_redis_error: str | None = None
     assigned: set[Any] = field(default_factory=set)
     metadata_status: Callable[[], str | None] | None = None  # the metadata log: None once loaded
+    progress: Progress = field(default_factory=Progress)  # the stall clock of the liveness probe
 
     @property
     def live(self) -> bool:
-        return self.fatal is None
+        """No fatal error, and not stalled (:meth:`Progress.stalled`)."""
+        return self.fatal is None and self.progress.stalled() is None
 
     @property
     def metadata_error(self) -> str | None:

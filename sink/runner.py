@@ -79,7 +79,11 @@ ROWS_READ = Counter("cdcnorm_sink_rows_read_total", "Records read from normalize
 UPSERTS = Counter("cdcnorm_sink_upserts_total", "Rows upserted after compaction", ["table"])
 DELETES = Counter("cdcnorm_sink_deletes_total", "Rows deleted after compaction", ["table"])
 BAD_RECORDS = Counter("cdcnorm_sink_bad_records_total", "Records that are not canonical change events")
-COMMIT_SECONDS = Histogram("cdcnorm_sink_commit_seconds", "Iceberg commit time per micro-batch")
+COMMIT_SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+"""Up to 10 minutes (the client's default buckets end at 10 s): the alert CdcnormSinkSlowCommits
+fires on a p95 above 60 s, which ``histogram_quantile`` can only report with buckets above it."""
+COMMIT_SECONDS = Histogram("cdcnorm_sink_commit_seconds", "Iceberg commit time per micro-batch",
+                           buckets=COMMIT_SECONDS_BUCKETS)
 FRESHNESS = Gauge("cdcnorm_sink_freshness_seconds", "Now minus the newest source ts_ms applied")
 PAUSED = Gauge("cdcnorm_sink_paused_tables", "Tables paused on an incompatible schema change")
 WRITE_FAILING = Gauge(

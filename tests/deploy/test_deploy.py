@@ -401,7 +401,7 @@ def test_worker_probes_and_ports_match_the_service() -> None:
 
     app_source = (ROOT / "service" / "app.py").read_text(encoding="utf-8")
     pages = set(re.findall(r"""\.page\(\s*["']([^"']+)["']""", app_source))
-    assert {"/healthz", "/readyz", "/metrics"} <= pages, f"service/app.py serves {sorted(pages)}"
+    assert {"/healthz", "/readyz", "/startupz", "/metrics"} <= pages, f"service/app.py serves {sorted(pages)}"
     for target in OVERLAYS:
         docs = render(target)
         port = effective_config(target).web.port
@@ -414,6 +414,8 @@ def test_worker_probes_and_ports_match_the_service() -> None:
         assert ports["http"] == port, f"{target}: container port {ports['http']} != web.port {port}"
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
         assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+        # the startup probe waits for the consumer-group join (/healthz answers before it)
+        assert container["startupProbe"]["httpGet"]["path"] == "/startupz"
         for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
             assert container[probe]["httpGet"]["path"] in pages
             assert container[probe]["httpGet"]["port"] in ("http", port)

@@ -9,10 +9,11 @@ decides "fully read" from watermarks). Checked on a real Kafka, whatever CDCNORM
   ``k8s/components/autoscaling/scaledobject.yaml``) equals the number of messages not processed:
   all of them before the worker starts, none once it has committed, and exactly the ones produced
   while it is stopped;
-* the worker's ``cdcnorm_consumer_lag`` (high watermark of the fetch minus the next offset to
-  process, set with every processed batch), scraped again and again while a backlog of
-  :data:`BACKLOG` messages is processed in batches of 100: at every scrape, lag plus the messages
-  counted in equals the backlog, and it ends at 0.
+* the worker's ``cdcnorm_consumer_lag`` (high watermark minus the next offset to process, set with
+  every processed batch from the fetch's watermark, and every 10 s from the broker's, where
+  fetched records not processed yet count as lag: :mod:`service.lag`), scraped again and again
+  while a backlog of :data:`BACKLOG` messages is processed in batches of 100: at every scrape, lag
+  plus the messages counted in equals the backlog, and it ends at 0.
 """
 
 from __future__ import annotations
