@@ -93,6 +93,32 @@ def test_decoder_workload_repeats_golden_messages() -> None:
     assert work.run_pipeline() > len(work.items) // 2  # most messages emit records
 
 
+def test_table_count_bench(tmp_path: Path) -> None:
+    """The table-count curve: every count measured, the targets of issue 29 on 10k (and 100k) tables,
+    and the memory of each run."""
+    result = _run_bench("table_count", tmp_path, timeout=300)
+    _assert_measured(result, "table_count")
+    by_name = {r["name"]: r for r in result["ratios"]}
+    assert set(by_name) == {"1,000 tables msgs/CPU-s", "10,000 tables msgs/CPU-s"}
+    assert by_name["10,000 tables msgs/CPU-s"]["target"] == 0.8
+    assert all("KiB per table" in r["note"] for r in result["ratios"])
+    infos = {i["name"]: i["value"] for i in result["infos"]}
+    assert infos["10,000 tables peak RSS"] > infos["1,000 tables peak RSS"] > 0
+
+
+@pytest.mark.integration
+def test_flink_peer_bench(tmp_path: Path) -> None:
+    """Flink SQL and cdcnorm transform on the same files: both write every record, and the
+    per-CPU-second ratio carries the issue's target of 1.0."""
+    result = _run_bench("flink_peer", tmp_path, timeout=900)
+    _assert_measured(result, "flink_peer")
+    by_name = {r["name"]: r for r in result["ratios"]}
+    assert set(by_name) == {f"{f} msgs per {unit}" for f in ("canal-json", "debezium-json")
+                            for unit in ("CPU second", "wall second")}
+    assert by_name["canal-json msgs per CPU second"]["target"] == 1.0
+    assert by_name["canal-json msgs per CPU second"]["baseline_name"] == "Flink SQL"
+
+
 def _run_bench(name: str, tmp_path: Path, *args: str, timeout: float) -> dict[str, Any]:
     if not (ROOT / "bench" / f"{name}.py").exists():
         pytest.skip(f"bench/{name}.py does not exist")

@@ -39,12 +39,22 @@ def keda_lag(bootstrap: str, group: str, topic: str) -> int:
     """The group's lag on ``topic`` as KEDA's kafka scaler computes it (offsetResetPolicy earliest,
     excludePersistentLag off): the sum over partitions of latest offset minus committed offset, or
     of the latest offset where the group committed nothing."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
         partitions = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-        committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
+        deadline = time.monotonic() + 60
+        while True:  # a new broker's group coordinator (the __consumer_offsets topic) may not be up yet
+            try:
+                committed = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=10)
+                break
+            except KafkaException as exc:
+                retriable = exc.args[0].code() in (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                                   KafkaError.COORDINATOR_NOT_AVAILABLE)
+                if not retriable or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
         total = 0
         for tp in committed:
             _, latest = consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)
