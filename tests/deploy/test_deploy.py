@@ -34,6 +34,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -209,6 +210,44 @@ def pod_env(docs: list[dict[str, Any]], pod: PodSpec) -> dict[str, str]:
     return env
 
 
+def pod_view(docs: list[dict[str, Any]], pod: PodSpec, root: Path) -> dict[str, str]:
+    """The environment of ``pod`` (:func:`pod_env`) with the files it mounts laid out under
+    ``root``: each ConfigMap volume's data, and each required Secret volume's ``items`` (a
+    placeholder as content; an optional Secret counts as absent, like in :func:`pod_env`). A
+    variable whose value is a path inside a mounted volume points into ``root`` instead, so the
+    config's ``file:`` references and file settings (``broker.ssl_cafile``) resolve offline."""
+    env = pod_env(docs, pod)
+    (container,) = pod.spec["containers"]
+    volumes = {v["name"]: v for v in pod.spec.get("volumes", [])}
+    maps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"}
+    mounted: list[str] = []
+    for mount in container.get("volumeMounts", []):
+        volume = volumes.get(mount["name"], {})
+        files: dict[str, str] = {}
+        if "secret" in volume:
+            secret = volume["secret"]
+            if secret.get("optional", False):
+                continue
+            items = secret.get("items")
+            assert items, f"{pod.owner}: Secret volume {mount['name']} lists no items: name the keys the pod reads"
+            files = {item["path"]: SECRET_PLACEHOLDER for item in items}
+        elif "configMap" in volume:
+            data = maps[volume["configMap"]["name"]]
+            items = volume["configMap"].get("items")
+            files = {i["path"]: data[i["key"]] for i in items} if items else dict(data)
+        else:
+            continue
+        for relative, content in files.items():
+            path = root / mount["mountPath"].lstrip("/") / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content, encoding="utf-8")
+        mounted.append(mount["mountPath"].rstrip("/"))
+    for name, value in env.items():
+        if any(value == m or value.startswith(m + "/") for m in mounted):
+            env[name] = str(root) + value
+    return env
+
+
 def env_sources(pod: PodSpec) -> dict[str, dict[str, Any]]:
     """Each variable the container sets one by one, with its entry (``value`` or ``valueFrom``)."""
     (container,) = pod.spec["containers"]
@@ -240,7 +279,7 @@ def effective_config(target: str, owner: str = "Deployment/cdcnorm-worker") -> A
     docs = render(target)
     text = pipeline_text(target)
     (pod,) = [p for p in consumers(docs) if p.owner == owner]
-    with environment(text, pod_env(docs, pod)):
+    with tempfile.TemporaryDirectory(prefix="cdcnorm-pod-") as root, environment(text, pod_view(docs, pod, Path(root))):
         return parse_config(yaml.safe_load(text), check_formats=False)
 
 
@@ -485,8 +524,8 @@ def test_configmap_pipeline_passes_validate_config(target: str, tmp_path: Path) 
     assert text == PIPELINE_FILES[target].read_text(encoding="utf-8")
     path = tmp_path / "pipeline.yaml"
     path.write_text(text, encoding="utf-8")
-    for pod in consumers(docs):
-        env = pod_env(docs, pod)
+    for index, pod in enumerate(consumers(docs)):
+        env = pod_view(docs, pod, tmp_path / f"pod-{index}")
         proc = _validate_config(path, env)
         assert proc.returncode == 0, f"cdcnorm validate-config {PIPELINE_FILES[target]} in {pod.owner}:\n{proc.stderr}{proc.stdout}"
         assert "valid" in proc.stdout
@@ -544,7 +583,8 @@ def test_production_reuses_the_base_config() -> None:
         assert (broker.security_protocol.value, broker.sasl_mechanism and broker.sasl_mechanism.value) == (
             "SASL_SSL", "SCRAM-SHA-512")
         assert broker.sasl_username == SECRET_PLACEHOLDER and broker.sasl_password is not None
-        assert len(broker.bootstrap_servers) == 3 and broker.session_timeout_s == 30
+        assert broker.bootstrap_servers == ["cdc-prod-kafka-bootstrap.kafka.svc:9093"] and broker.session_timeout_s == 30
+        assert broker.ssl_cafile is not None and broker.ssl_cafile.name == "ca.crt", "Strimzi's cluster CA"
         assert prod.redis.uses_tls and prod.redis.password is not None
         assert prod.worker.max_inflight == 5000
         assert prod.sink is not None and prod.sink["catalog"]["type"] == "rest"
@@ -697,15 +737,11 @@ def test_sparkapplication_runs_the_sink_with_iceberg() -> None:
     assert {"kind": "ServiceAccount", "name": account} in [
         {k: s[k] for k in ("kind", "name")} for s in binding["subjects"]
     ]
-    # Iceberg: the runtime from Maven at submit time, the catalog exactly as the sink config (with
-    # the driver's environment) sets it
+    # Iceberg: the runtime on the image's classpath (tests/deploy/test_production.py), the catalog
+    # exactly as the sink config (with the driver's environment) sets it
     sink = SinkConfig.model_validate(effective_config("overlays/production", "SparkApplication/cdcnorm-sink/driver").sink)
     conf = spec["sparkConf"]
-    packages = conf["spark.jars.packages"].split(",")
-    assert sink.jar_packages in packages, f"spark.jars.packages must carry {sink.jar_packages}"
-    runtime_version = sink.jar_packages.rsplit(":", 1)[1]
-    assert all(p.rsplit(":", 1)[1] == runtime_version for p in packages if p.startswith("org.apache.iceberg:"))
-    assert sink.jar_source.value == "none", "the SparkApplication resolves Iceberg; the sink must not add it again"
+    assert sink.jar_source.value == "none", "the SparkApplication's classpath has Iceberg; the sink must not add it again"
     assert sink.spark_master.startswith("k8s://"), "the sink would override spark.master with a local master"
     expected = {k: v for k, v in spark_conf(sink).items() if k.startswith("spark.sql.catalog.") or k == "spark.sql.extensions"}
     assert any(k.endswith(".uri") for k in expected), "the REST catalog example needs a uri"
@@ -900,7 +936,10 @@ def test_dockerfile_targets() -> None:
     assert makefile_python and makefile_python.group(1) == image_version.group(1), "Makefile and Dockerfile Pythons differ"
     assert "bookworm" in image_arg, "openjdk-17 is a bookworm package (trixie has none)"
     froms = [i.args for i in instructions if i.keyword == "FROM"]
-    assert all("${PYTHON_IMAGE}" in f or f.split()[0] in stages() for f in froms)
+    # every image is built on PYTHON_IMAGE; Maven's image only builds the `jars` stage, whose jars the
+    # spark image copies (the build fetches them, a run never does)
+    assert all("${PYTHON_IMAGE}" in f or f.split()[0] in stages() or f == "${MAVEN_IMAGE} AS jars" for f in froms), froms
+    assert not any("jars" in stage_chain(t) for t in IMAGE_TARGETS.values()), "an image is built FROM the Maven stage"
     site_packages = f"python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"
     for target in IMAGE_TARGETS.values():
         runs = " ".join(i.args for i in target_instructions(target, "RUN"))

@@ -1,0 +1,152 @@
+"""Offline checks of the production path (issue 30): what the Spark pods load and trust, how the
+pods stop, what they may do, and the alerts. Helpers (rendering, the Dockerfile's instructions,
+the pod views) come from ``test_deploy``."""
+
+from __future__ import annotations
+
+import re
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from tests.deploy.test_deploy import (
+    ROOT,
+    PodSpec,
+    dockerfile,
+    effective_config,
+    one,
+    pod_env,
+    pod_specs,
+    render,
+)
+
+PRODUCTION = "overlays/production"
+SPARK = ROOT / "k8s" / "spark"
+SITE_PACKAGES = f"/opt/venv/lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages/"
+
+
+def spark_app() -> dict[str, Any]:
+    return one(render(PRODUCTION), "SparkApplication", "cdcnorm-sink")
+
+
+def pods(target: str = PRODUCTION) -> dict[str, PodSpec]:
+    return {pod.owner: pod for pod in pod_specs(render(target))}
+
+
+def mounts(pod: PodSpec) -> dict[str, dict[str, Any]]:
+    """mountPath -> the volume mounted there."""
+    volumes = {v["name"]: v for v in pod.spec.get("volumes", [])}
+    (container,) = pod.spec["containers"]
+    return {m["mountPath"]: volumes[m["name"]] for m in container.get("volumeMounts", [])}
+
+
+def stage_args(stage: str, keyword: str) -> list[str]:
+    return [i.args for i in dockerfile() if i.stage == stage and i.keyword == keyword]
+
+
+# ----------------------------------------------------------------------------- blocker 1: jars
+
+
+def test_spark_pods_download_nothing_at_run_time() -> None:
+    """No spark.jars.packages (each executor would resolve it with Ivy into its read-only working
+    directory, from a Maven repository): the Iceberg jars are on the classpath from the image."""
+    conf = spark_app()["spec"]["sparkConf"]
+    for key in ("spark.jars.packages", "spark.jars.repositories", "spark.jars.ivy", "spark.jars.ivySettings"):
+        assert key not in conf, f"sparkConf {key}: the pods would fetch jars at run time"
+    for key in ("spark.jars", "spark.files", "spark.submit.pyFiles"):
+        for uri in filter(None, conf.get(key, "").split(",")):
+            assert uri.startswith("local://"), f"sparkConf {key} fetches {uri} at run time"
+    assert conf["spark.driver.extraClassPath"] == conf["spark.executor.extraClassPath"] == "/opt/cdcnorm/jars/*"
+    assert not any(k.startswith("spark.kubernetes.file.upload") for k in conf)
+
+
+def test_spark_image_carries_the_iceberg_jars() -> None:
+    """The spark stage puts the wheel's Iceberg runtime and the hash-checked AWS bundle (the jars
+    stage, Maven at build time) into /opt/cdcnorm/jars, at the runtime's Iceberg version."""
+    from sink.config import SinkConfig
+
+    runs = " ".join(stage_args("spark", "RUN"))
+    link = re.search(r"ln -s\s+(\S+)\s+(\S+)", runs)
+    assert link, "the spark stage links the wheel's Iceberg runtime into /opt/cdcnorm/jars"
+    source, target = link.groups()
+    assert target.startswith("/opt/cdcnorm/jars/") and Path(source).name == Path(target).name
+    relative = source.removeprefix(SITE_PACKAGES)
+    import snowpark_connect_deps_iceberg
+
+    wheel_root = Path(snowpark_connect_deps_iceberg.__file__).parent.parent
+    assert relative != source and (wheel_root / relative).is_file(), f"{source} is not in the installed wheel"
+    version = re.search(r"iceberg-spark-runtime-3\.5_2\.12-(\d+\.\d+\.\d+)\.jar$", source)
+    assert version, source
+    assert SinkConfig.model_fields["jar_packages"].default.endswith(f":{version.group(1)}"), "sink.jar_packages and the image's runtime differ"
+    copies = [a for a in stage_args("spark", "COPY") if "--from=jars" in a]
+    assert copies and copies[0].split()[-1] == "/opt/cdcnorm/jars/", copies
+    # the jars stage: Maven fetches the pom's artifacts, sha256sum checks each one
+    pom = ET.parse(SPARK / "jars.pom.xml").getroot()
+    ns = {"m": "http://maven.apache.org/POM/4.0.0"}
+    iceberg = pom.find("m:properties/m:iceberg.version", ns)
+    assert iceberg is not None and iceberg.text == version.group(1), "the AWS bundle must match the Iceberg runtime"
+    artifacts = {
+        f"{d.findtext('m:artifactId', namespaces=ns)}-{(d.findtext('m:version', namespaces=ns) or '').replace('${iceberg.version}', version.group(1))}.jar"
+        for d in pom.findall("m:dependencies/m:dependency", ns)
+    }
+    assert "iceberg-aws-bundle-" + version.group(1) + ".jar" in artifacts, "S3FileIO needs Iceberg's AWS bundle"
+    sums: dict[str, str] = {}
+    for line in (SPARK / "jars.sha256").read_text(encoding="utf-8").splitlines():
+        digest, name = line.split()
+        sums[name] = digest
+    assert set(sums) == artifacts, f"k8s/spark/jars.sha256 lists {sorted(sums)}, the pom {sorted(artifacts)}"
+    assert all(re.fullmatch(r"[0-9a-f]{64}", digest) for digest in sums.values())
+    jars_runs = " ".join(stage_args("jars", "RUN"))
+    assert "dependency:copy-dependencies" in jars_runs and "-DexcludeTransitive=true" in jars_runs
+    assert "sha256sum --check" in jars_runs and "/jars.sha256" in jars_runs
+    assert {"k8s/spark/jars.pom.xml", "k8s/spark/jars.sha256"} <= {a.split()[0] for a in stage_args("jars", "COPY")}
+
+
+def test_spark_working_directory_is_a_volume() -> None:
+    """Driver and executors write into their working directory (the files Spark ships to
+    executors): the spark image's WORKDIR is an emptyDir in both, since the root filesystem is
+    read-only; so are /tmp (spark.local.dir, HOME) and nothing else needs writing."""
+    workdir = stage_args("spark", "WORKDIR")
+    assert workdir, "the spark stage sets its WORKDIR"
+    found = pods()
+    for role in ("driver", "executor"):
+        pod = found[f"SparkApplication/cdcnorm-sink/{role}"]
+        mounted = mounts(pod)
+        for path in (workdir[-1], "/tmp"):
+            assert path in mounted, f"{role}: nothing writable at {path}"
+            assert mounted[path].get("emptyDir", {}).get("sizeLimit"), f"{role}: {path} needs an emptyDir with a sizeLimit"
+        assert pod.spec["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+# ----------------------------------------------------------------------------- blocker 2: the Kafka CA
+
+
+KAFKA_CLIENTS = ("Deployment/cdcnorm-worker", "SparkApplication/cdcnorm-sink/driver", "SparkApplication/cdcnorm-sink/executor")
+
+
+def test_every_kafka_client_trusts_the_cluster_ca() -> None:
+    """The worker, the sink's driver and its executors (which open consumers with the driver's
+    settings, ssl.ca.location included) mount the required CA Secret where broker.ssl_cafile
+    points; KEDA's TriggerAuthentication gives its kafka scaler the same CA."""
+    config = effective_config(PRODUCTION)
+    broker = config.broker
+    assert broker.security_protocol.value in ("SSL", "SASL_SSL")
+    assert broker.ssl_cafile is not None
+    found = pods()
+    docs = render(PRODUCTION)
+    # effective_config laid the pod's files out in a temporary root: the path as the pod sees it
+    cafile = pod_env(docs, found["Deployment/cdcnorm-worker"])["KAFKA_SSL_CAFILE"]
+    assert str(broker.ssl_cafile).endswith(cafile) and cafile == "/etc/kafka-tls/ca.crt", cafile
+    for owner in KAFKA_CLIENTS:
+        volume = mounts(found[owner]).get(str(Path(cafile).parent))
+        assert volume and "secret" in volume, f"{owner}: no CA Secret at {Path(cafile).parent}"
+        secret = volume["secret"]
+        assert secret["secretName"] == "cdcnorm-kafka-tls" and not secret.get("optional", False), owner
+        assert {"key": "ca.crt", "path": Path(cafile).name} in secret["items"], owner
+    scaled = one(docs, "ScaledObject")
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["metadata"]["tls"] == "enable"
+    auth = one(docs, "TriggerAuthentication", trigger["authenticationRef"]["name"])
+    refs = {r["parameter"]: (r["name"], r["key"]) for r in auth["spec"]["secretTargetRef"]}
+    assert refs.get("ca") == ("cdcnorm-kafka-tls", "ca.crt"), "KEDA's TLS needs the cluster CA"
