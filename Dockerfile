@@ -9,8 +9,11 @@
 # Every image installs a lock file of requirements/ (pinned, with hashes; `make lock` writes them
 # from pyproject.toml), then the project with --no-deps: the way `make test` (.ci/run) installs
 # requirements/dev.txt, whose pins the image locks share (tests/deploy keeps them in step).
-# bookworm: Debian 13 (trixie) has no openjdk-17 package.
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# bookworm: Debian 13 (trixie) has no openjdk-17 package. The base is pinned by digest (the
+# multi-platform index of the tag), so a rebuild gets the same layers until the digest is moved on
+# purpose: `docker buildx imagetools inspect python:3.11-slim-bookworm` prints the current one
+# (tests/deploy checks that the ARG carries a tag and a digest).
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
 # only the build-time `jars` stage (Maven and a JDK); nothing of it but two jars reaches an image
 ARG MAVEN_IMAGE=maven:3.9.9-eclipse-temurin-17
 

@@ -935,6 +935,7 @@ def test_dockerfile_targets() -> None:
     makefile_python = re.search(r"^PYTHON \?= python(\S+)", (ROOT / "Makefile").read_text(encoding="utf-8"), re.M)
     assert makefile_python and makefile_python.group(1) == image_version.group(1), "Makefile and Dockerfile Pythons differ"
     assert "bookworm" in image_arg, "openjdk-17 is a bookworm package (trixie has none)"
+    assert re.fullmatch(r"PYTHON_IMAGE=python:[\w.-]+@sha256:[0-9a-f]{64}", image_arg), f"pin the base by digest: {image_arg}"
     froms = [i.args for i in instructions if i.keyword == "FROM"]
     # every image is built on PYTHON_IMAGE; Maven's image only builds the `jars` stage, whose jars the
     # spark image copies (the build fetches them, a run never does)
