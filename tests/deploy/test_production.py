@@ -150,3 +150,78 @@ def test_every_kafka_client_trusts_the_cluster_ca() -> None:
     auth = one(docs, "TriggerAuthentication", trigger["authenticationRef"]["name"])
     refs = {r["parameter"]: (r["name"], r["key"]) for r in auth["spec"]["secretTargetRef"]}
     assert refs.get("ca") == ("cdcnorm-kafka-tls", "ca.crt"), "KEDA's TLS needs the cluster CA"
+
+
+# ----------------------------------------------------------------------------- alerts
+
+
+RUNBOOKS = ROOT / "docs" / "runbooks.md"
+RELEASE_LABEL = ("release", "kube-prometheus-stack")
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    rule = one(render(PRODUCTION), "PrometheusRule")
+    return [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+
+
+def mkdocs_anchor(heading: str) -> str:
+    """The anchor Python-Markdown's toc gives a heading (its default slugify)."""
+    text = re.sub(r"[^\w\s-]", "", heading.strip().lower())
+    return re.sub(r"[-\s]+", "-", text).strip("-")
+
+
+def test_every_alert_has_a_runbook_and_a_severity() -> None:
+    anchors = {mkdocs_anchor(h) for h in re.findall(r"^#{2,3} (.+)$", RUNBOOKS.read_text(encoding="utf-8"), re.M)}
+    rules = alert_rules()
+    assert len(rules) >= 15
+    names = [r["alert"] for r in rules]
+    assert len(set(names)) == len(names), "alert names repeat"
+    for rule in rules:
+        name = rule["alert"]
+        assert rule["labels"]["severity"] in ("critical", "warning"), name
+        annotations = rule["annotations"]
+        assert annotations.get("summary") and annotations.get("description"), f"{name}: summary and description"
+        url = annotations.get("runbook_url", "")
+        match = re.fullmatch(r"https://[\w.-]+/runbooks/#([\w-]+)", url)
+        assert match, f"{name}: runbook_url {url!r} is not a link to a section of the runbooks page"
+        assert match.group(1) == name.lower(), f"{name}: its runbook anchor is {match.group(1)}"
+        assert match.group(1) in anchors, f"{name}: docs/runbooks.md has no section {match.group(1)}"
+        expr = rule["expr"]
+        assert expr.count("(") == expr.count(")") and expr.count("{") == expr.count("}"), f"{name}: {expr}"
+    # and no runbook section without its alert
+    assert anchors == {n.lower() for n in names}, f"runbooks without an alert: {sorted(anchors - {n.lower() for n in names})}"
+
+
+def test_prometheus_selects_the_rules_and_monitors() -> None:
+    """kube-prometheus-stack's default selectors match its Helm release label."""
+    docs = render(PRODUCTION)
+    for doc in [one(docs, "PrometheusRule"), *[d for d in docs if d["kind"] == "ServiceMonitor"]]:
+        labels = doc["metadata"]["labels"]
+        assert labels.get(RELEASE_LABEL[0]) == RELEASE_LABEL[1], f"{doc['kind']}/{doc['metadata']['name']}: {labels}"
+
+
+def test_a_missing_scrape_target_alerts() -> None:
+    """Each ServiceMonitor's job (the Service it selects, Prometheus Operator's default job label)
+    has an alert on ``absent(up{job=...} == 1)``: a crash-looping worker or a missing sink driver
+    stops exporting everything the other alerts read."""
+    docs = render(PRODUCTION)
+    services = [d for d in docs if d["kind"] == "Service"]
+    exprs = [r["expr"] for r in alert_rules()]
+    for monitor in (d for d in docs if d["kind"] == "ServiceMonitor"):
+        assert "jobLabel" not in monitor["spec"], "the job label is the Service name"
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        (service,) = [s for s in services if selector.items() <= s["metadata"].get("labels", {}).items()]
+        job = service["metadata"]["name"]
+        assert any(re.search(rf'absent\(up\{{job="{job}"\}} == 1\)', e) for e in exprs), f"no absent(up) alert for job {job}"
+
+
+def test_lag_alerts_read_the_brokers_view_of_the_worker_group() -> None:
+    """The lag alerts use the Kafka Exporter's per-partition series of the worker's group
+    (worker.app_id); none sums the workers' per-pod gauges, which overlap across a rebalance."""
+    group = effective_config(PRODUCTION).worker.app_id
+    rules = {r["alert"]: r["expr"] for r in alert_rules()}
+    for name in ("CdcnormConsumerLagGrowing", "CdcnormPartitionStuck", "CdcnormLagUnknown"):
+        assert f'kafka_consumergroup_lag{{consumergroup="{group}"}}' in rules[name], name
+    assert "kafka_consumergroup_current_offset" in rules["CdcnormPartitionStuck"]
+    for name, expr in rules.items():
+        assert "cdcnorm_consumer_lag" not in expr, f"{name} sums the per-pod lag gauges"
