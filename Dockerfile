@@ -100,12 +100,20 @@ CMD ["sink", "--help"]
 # cache. /opt/cdcnorm/work is the working directory of driver and executors, where Spark puts the
 # files it ships to executors: the SparkApplication mounts an emptyDir there (the root
 # filesystem is read-only).
+# tini is PID 1 of driver and executor (entrypoint.sh); prestop.sh is the driver's preStop hook,
+# which drains the Python sink before Kubernetes signals the JVM.
 FROM sink AS spark
 COPY --chmod=0755 k8s/spark/entrypoint.sh /opt/cdcnorm/spark/entrypoint.sh
+COPY --chmod=0755 k8s/spark/prestop.sh /opt/cdcnorm/spark/prestop.sh
 COPY --chmod=0644 k8s/spark/sink_main.py /opt/cdcnorm/spark/sink_main.py
 COPY --from=jars --chmod=0644 /jars/ /opt/cdcnorm/jars/
 USER 0
-RUN ln -s /opt/venv/lib/python3.11/site-packages/snowpark_connect_deps_iceberg/jars/iceberg-spark-runtime-3.5_2.12-1.9.2.jar \
+# versions float with the bookworm security updates, like the JRE's
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends tini \
+ && rm -rf /var/lib/apt/lists/* \
+ && ln -s /opt/venv/lib/python3.11/site-packages/snowpark_connect_deps_iceberg/jars/iceberg-spark-runtime-3.5_2.12-1.9.2.jar \
       /opt/cdcnorm/jars/iceberg-spark-runtime-3.5_2.12-1.9.2.jar \
  && test -f /opt/cdcnorm/jars/iceberg-spark-runtime-3.5_2.12-1.9.2.jar \
  && mkdir -p /opt/cdcnorm/work

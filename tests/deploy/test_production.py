@@ -4,8 +4,11 @@ the pod views) come from ``test_deploy``."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -225,3 +228,102 @@ def test_lag_alerts_read_the_brokers_view_of_the_worker_group() -> None:
     assert "kafka_consumergroup_current_offset" in rules["CdcnormPartitionStuck"]
     for name, expr in rules.items():
         assert "cdcnorm_consumer_lag" not in expr, f"{name} sums the per-pod lag gauges"
+
+
+# ----------------------------------------------------------------------------- shutdown
+
+
+PRESTOP = SPARK / "prestop.sh"
+
+
+def test_spark_pods_run_under_tini_and_the_driver_drains_first() -> None:
+    """tini is PID 1 of driver and executor (installed in the spark image); the driver's preStop
+    hook is the image's prestop.sh; its grace period covers the sink's drain: the micro-batch and
+    the join of table maintenance (sink.maintenance.Maintenance.close)."""
+    import inspect
+
+    from sink.maintenance import Maintenance
+
+    entrypoint = (SPARK / "entrypoint.sh").read_text(encoding="utf-8")
+    assert "TINI=(/usr/bin/tini -s --)" in entrypoint
+    assert entrypoint.count('exec "${TINI[@]}"') == 2, "driver and executor both start under tini"
+    assert "tini" in " ".join(stage_args("spark", "RUN")), "the spark image installs Debian's tini"
+    copies = {a.split()[-1]: a.split()[-2] for a in stage_args("spark", "COPY") if "--from" not in a}
+    assert copies.get("/opt/cdcnorm/spark/prestop.sh") == "k8s/spark/prestop.sh" and "--chmod=0755" in " ".join(
+        a for a in stage_args("spark", "COPY") if "prestop.sh" in a)
+    join = inspect.signature(Maintenance.close).parameters["timeout"].default
+    drain = int(re.search(r"CDCNORM_DRAIN_TIMEOUT_S:-(\d+)", PRESTOP.read_text(encoding="utf-8")).group(1))  # type: ignore[union-attr]
+    driver = spark_app()["spec"]["driver"]
+    assert driver["lifecycle"]["preStop"]["exec"]["command"] == ["/opt/cdcnorm/spark/prestop.sh"]
+    grace = driver["terminationGracePeriodSeconds"]
+    assert join + 120 <= drain < grace, f"maintenance join {join}s + a micro-batch <= drain {drain}s < grace {grace}s"
+    local = one(render("overlays/local"), "Deployment", "cdcnorm-sink")["spec"]["template"]["spec"]
+    assert local["terminationGracePeriodSeconds"] >= join + 120, "the local sink's grace must cover the maintenance join"
+
+
+def _fake_sink(tmp_path: Path, main: Path, *, ignore_term: bool) -> subprocess.Popen[bytes]:
+    """A Python process whose arguments are those of the driver's sink: ``python <main> --config ...``."""
+    main.parent.mkdir(parents=True, exist_ok=True)
+    drain = "return" if ignore_term else "time.sleep(1.0); marks.write_text('term drained'); sys.exit(0)"
+    main.write_text(
+        "import pathlib, signal, sys, time\n"
+        f"marks = pathlib.Path({str(tmp_path / 'marks')!r})\n"
+        "def term(*_):\n"
+        "    marks.write_text('term')\n"
+        f"    {drain}\n"
+        "signal.signal(signal.SIGTERM, term)\n"
+        "marks.write_text('ready')\n"
+        "while True: time.sleep(0.1)\n",
+        encoding="utf-8",
+    )
+    proc = subprocess.Popen([sys.executable, str(main), "--config", "/etc/cdcnorm/pipeline.yaml"])
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "marks").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc
+
+
+def _prestop(main: Path, log: Path, timeout_s: int) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CDCNORM_DRAIN_PATTERN": str(main), "CDCNORM_DRAIN_TIMEOUT_S": str(timeout_s),
+           "CDCNORM_DRAIN_LOG": str(log)}
+    return subprocess.run(["bash", str(PRESTOP)], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_prestop_drains_the_python_sink_and_waits_for_it(tmp_path: Path) -> None:
+    """The hook signals only the Python process running the sink's main file (not a JVM or shell
+    whose arguments name it too) and returns once it has exited after its drain."""
+    main = tmp_path / "opt" / "sink_main.py"
+    sink = _fake_sink(tmp_path, main, ignore_term=False)
+    # a JVM-like process whose arguments name the main file as well: it must not be signalled
+    decoy = subprocess.Popen(["bash", "-c", "sleep 30", "SparkSubmit", str(main)])
+    log = tmp_path / "prestop.log"
+    try:
+        started = time.monotonic()
+        proc = _prestop(main, log, timeout_s=30)
+        assert proc.returncode == 0, log.read_text(encoding="utf-8")
+        assert (tmp_path / "marks").read_text(encoding="utf-8") == "term drained"
+        assert time.monotonic() - started >= 0.9, "the hook returned before the sink had drained"
+        assert sink.wait(timeout=5) == 0
+        assert decoy.poll() is None, "the hook signalled a process that is not the Python sink"
+        text = log.read_text(encoding="utf-8")
+        assert f"SIGTERM to the sink (pid {sink.pid})" in text and "the sink stopped" in text
+    finally:
+        for p in (sink, decoy):
+            p.kill()
+            p.wait()
+
+
+def test_prestop_gives_up_at_its_timeout_and_without_a_sink(tmp_path: Path) -> None:
+    main = tmp_path / "opt" / "sink_main.py"
+    log = tmp_path / "prestop.log"
+    assert _prestop(main, log, timeout_s=2).returncode == 0
+    assert "nothing to drain" in log.read_text(encoding="utf-8")
+    sink = _fake_sink(tmp_path, main, ignore_term=True)
+    try:
+        proc = _prestop(main, log, timeout_s=2)
+        assert proc.returncode == 1
+        assert "still running after 2s" in log.read_text(encoding="utf-8")
+        assert sink.poll() is None and (tmp_path / "marks").read_text(encoding="utf-8") == "term"
+    finally:
+        sink.kill()
+        sink.wait()
