@@ -60,13 +60,15 @@ PIPELINE_FILES = {  # the pipeline.yaml that ends up in each target's ConfigMap:
 # the pods that load the pipeline config (as rendered by pod_specs)
 CONFIG_CONSUMERS = ("Deployment/cdcnorm-worker", "Deployment/cdcnorm-sink", "SparkApplication/cdcnorm-sink/driver")
 SECRET_PLACEHOLDER = "offline-check"
-CRD_GROUPS = {"keda.sh", "monitoring.coreos.com", "sparkoperator.k8s.io"}
-KNOWN_CRD_KINDS = {
+CRD_GROUPS = {"keda.sh", "monitoring.coreos.com", "sparkoperator.k8s.io", "kafka.strimzi.io"}
+KNOWN_CRD_KINDS = {  # each has its structural checks here or in test_production.py
     ("keda.sh/v1alpha1", "ScaledObject"),
     ("keda.sh/v1alpha1", "TriggerAuthentication"),
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
     ("monitoring.coreos.com/v1", "PrometheusRule"),
     ("sparkoperator.k8s.io/v1beta2", "SparkApplication"),
+    ("kafka.strimzi.io/v1beta2", "KafkaUser"),
+    ("kafka.strimzi.io/v1beta2", "KafkaTopic"),
 }
 # the oldest Kubernetes the manifests support, and the newest schemas kubernetes-validate ships
 K8S_VERSIONS = ("1.30.0", "latest")
@@ -464,31 +466,40 @@ def test_worker_probes_and_ports_match_the_service() -> None:
 
 @pytest.mark.parametrize("target", OVERLAYS)
 def test_config_references_are_provided(target: str) -> None:
-    """Every ``${VAR}`` without a default is set in every pod that loads the config; a reference
-    under a secret key (password ...) is set from a Secret only, never a literal or a ConfigMap,
-    and in production the Secret is required."""
+    """Every ``${VAR}`` without a default is set in every pod that loads the config. A secret
+    (a value under a secret-looking key: password, salt ...) is a ``file:${X_FILE:-}`` reference,
+    never a ``${VAR}``: no secret passes through an environment variable, and no pod sets one from a
+    Secret. Where a pod sets X_FILE, it names a file of a mounted, required Secret."""
     docs = render(target)
-    references = config_references(pipeline_configmap(docs)["data"]["pipeline.yaml"])
+    text = pipeline_configmap(docs)["data"]["pipeline.yaml"]
+    references = config_references(text)
     assert references, "the base pipeline.yaml reads its environment-specific settings from ${VAR}s"
-    secret = {ref.name for ref in references if ref.secret}
-    assert {"KAFKA_SASL_PASSWORD", "REDIS_PASSWORD"} <= secret
+    secret_refs = [ref for ref in references if ref.secret]
+    assert {ref.path for ref in secret_refs} >= {"broker.sasl_password", "redis.password"}
+    for ref in secret_refs:
+        assert ref.name.endswith("_FILE"), f"{ref.path}: a secret is read from a file (file:${{X_FILE:-}}), not ${{{ref.name}}}"
+        assert re.search(rf'"file:\$\{{{ref.name}:-\}}"', text), f"{ref.path}: write it as file:${{{ref.name}:-}}"
     for pod in consumers(docs):
         env = pod_env(docs, pod)
-        sources = env_sources(pod)
         for ref in references:
             if not ref.has_default:
                 assert ref.name in env, f"{target} {pod.owner}: ${{{ref.name}}} ({ref.path}) is used but not set"
-        for name in secret | {"KAFKA_SASL_USERNAME"}:
-            (container,) = pod.spec["containers"]
-            from_maps = [s for s in container.get("envFrom", []) if name in _configmap_data(docs, s)]
-            assert not from_maps, f"{pod.owner}: {name} comes from a ConfigMap; it belongs in a Secret"
-            if name not in sources:
-                assert target != "overlays/production", f"{pod.owner}: {name} is not set"
-                continue
-            ref = sources[name].get("valueFrom", {}).get("secretKeyRef")
-            assert ref, f"{pod.owner}: {name} must come from a Secret, not a literal"
-            if target == "overlays/production":
-                assert ref.get("optional") in (None, False), f"{pod.owner}: {name} must be required in production"
+        (container,) = pod.spec["containers"]
+        volumes = {v["name"]: v for v in pod.spec.get("volumes", [])}
+        secret_files = {
+            f"{m['mountPath'].rstrip('/')}/{item['path']}"
+            for m in container.get("volumeMounts", [])
+            if "secret" in volumes.get(m["name"], {}) and not volumes[m["name"]]["secret"].get("optional", False)
+            for item in volumes[m["name"]]["secret"].get("items", [])
+        }
+        for ref in secret_refs:
+            if ref.name in env:
+                assert env[ref.name] in secret_files, f"{pod.owner}: {ref.name}={env[ref.name]} is no file of a required Secret"
+    for pod in pod_specs(docs):
+        for container in pod.spec["containers"]:
+            from_secrets = [v["name"] for v in container.get("env", []) if "secretKeyRef" in v.get("valueFrom", {})]
+            assert not from_secrets, f"{target} {pod.owner}: {from_secrets} come from Secrets as environment variables"
+            assert not any("secretRef" in e for e in container.get("envFrom", [])), f"{pod.owner}: envFrom a Secret"
 
 
 def _configmap_data(docs: list[dict[str, Any]], source: dict[str, Any]) -> dict[str, str]:
@@ -576,18 +587,29 @@ def test_production_reuses_the_base_config() -> None:
     local = effective_config("overlays/local")
     assert local.broker.security_protocol.value == "PLAINTEXT" and local.broker.sasl_mechanism is None
     assert local.redis.password is None and local.redis.url.startswith("redis://")
-    for owner in ("Deployment/cdcnorm-worker", "SparkApplication/cdcnorm-sink/driver"):
+    users = {"Deployment/cdcnorm-worker": "cdcnorm-worker", "SparkApplication/cdcnorm-sink/driver": "cdcnorm-sink"}
+    for owner, user in users.items():
         prod = effective_config("overlays/production", owner)
-        assert prod.topics == local.topics and prod.worker.app_id == local.worker.app_id
+        assert prod.worker.app_id == local.worker.app_id
         broker = prod.broker
         assert (broker.security_protocol.value, broker.sasl_mechanism and broker.sasl_mechanism.value) == (
             "SASL_SSL", "SCRAM-SHA-512")
-        assert broker.sasl_username == SECRET_PLACEHOLDER and broker.sasl_password is not None
+        assert broker.sasl_username == user, f"{owner}: its own Kafka user"
+        assert broker.sasl_password is not None and broker.sasl_password.get_secret_value() == SECRET_PLACEHOLDER
         assert broker.bootstrap_servers == ["cdc-prod-kafka-bootstrap.kafka.svc:9093"] and broker.session_timeout_s == 30
         assert broker.ssl_cafile is not None and broker.ssl_cafile.name == "ca.crt", "Strimzi's cluster CA"
-        assert prod.redis.uses_tls and prod.redis.password is not None
+        assert prod.redis.uses_tls
         assert prod.worker.max_inflight == 5000
         assert prod.sink is not None and prod.sink["catalog"]["type"] == "rest"
+    # only the worker gets the Redis password and the mask's salt, each from its Secret's file
+    worker = effective_config("overlays/production")
+    assert worker.redis.password is not None and worker.redis.password.get_secret_value() == SECRET_PLACEHOLDER
+    driver = effective_config("overlays/production", "SparkApplication/cdcnorm-sink/driver")
+    assert driver.redis.password is None, "the sink uses no Redis: it gets no Redis password"
+    for local_entry, worker_entry in zip(local.topics, worker.topics, strict=True):
+        assert local_entry.format == worker_entry.format
+    salts = [t.get("hash.salt") for e in worker.topics for t in e.transforms if t.get("mode") == "hash"]
+    assert salts == [SECRET_PLACEHOLDER], "production takes hash.salt from the Secret cdcnorm-hash-salt"
 
 
 # ----------------------------------------------------------------------------- custom resources

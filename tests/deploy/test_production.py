@@ -4,6 +4,7 @@ the pod views) come from ``test_deploy``."""
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import subprocess
@@ -327,3 +328,158 @@ def test_prestop_gives_up_at_its_timeout_and_without_a_sink(tmp_path: Path) -> N
     finally:
         sink.kill()
         sink.wait()
+
+
+# ----------------------------------------------------------------------------- least privilege
+
+
+def test_spark_accounts_have_only_what_they_use() -> None:
+    """The driver's Role: executor pods and their config map, named verbs only; the executors run
+    under their own account with no token and no binding; driver and executors authenticate to
+    each other and encrypt their traffic (the SASL password travels in task closures)."""
+    docs = render(PRODUCTION)
+    spec = spark_app()["spec"]
+    driver_account, executor_account = spec["driver"]["serviceAccount"], spec["executor"]["serviceAccount"]
+    assert driver_account != executor_account
+    accounts = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceAccount"}
+    assert accounts[executor_account].get("automountServiceAccountToken") is False
+    assert accounts["cdcnorm"].get("automountServiceAccountToken") is False, "the worker's account has no token"
+    bindings = [d for d in docs if d["kind"] in ("RoleBinding", "ClusterRoleBinding")]
+    bound = {s["name"] for b in bindings for s in b["subjects"] if s["kind"] == "ServiceAccount"}
+    assert bound == {driver_account}, f"only the driver's account may be bound: {bound}"
+    (binding,) = bindings
+    role = one(docs, "Role", binding["roleRef"]["name"])
+    rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"]) for r in role["rules"]}
+    assert rules == {
+        (("",), ("pods",)): {"get", "list", "watch", "create", "patch", "delete", "deletecollection"},
+        (("",), ("configmaps",)): {"get", "list", "create", "delete", "deletecollection"},
+    }, rules
+    assert not [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    conf = spec["sparkConf"]
+    assert conf["spark.authenticate"] == "true" and conf["spark.network.crypto.enabled"] == "true"
+    assert conf["spark.kubernetes.driver.service.deleteOnTermination"] == "false", "else the driver needs services rights"
+    for pod in pods().values():
+        if pod.owner.startswith(("Deployment/", "SparkApplication/cdcnorm-sink/executor")):
+            account = accounts[pod.spec["serviceAccountName"]]
+            assert account.get("automountServiceAccountToken") is False or pod.spec.get("automountServiceAccountToken") is False
+
+
+def kafka_users() -> dict[str, dict[str, Any]]:
+    return {d["metadata"]["name"]: d for d in render(PRODUCTION) if d["kind"] == "KafkaUser"}
+
+
+def grants(user: dict[str, Any], kind: str, name: str, operation: str) -> bool:
+    """True when one of the user's ACLs allows ``operation`` on the resource ``kind``/``name``."""
+    for acl in user["spec"]["authorization"]["acls"]:
+        resource = acl["resource"]
+        if resource["type"] != kind or operation not in acl["operations"]:
+            continue
+        pattern = resource.get("patternType", "literal")
+        if (pattern == "literal" and resource["name"] == name) or (pattern == "prefix" and name.startswith(resource["name"])):
+            return True
+    return False
+
+
+def test_one_kafka_user_per_workload() -> None:
+    """KafkaUsers cdcnorm-worker, cdcnorm-sink and cdcnorm-keda (SCRAM-SHA-512, simple ACLs): each
+    workload logs in as its own user with the password file of that user's Secret."""
+
+    docs = render(PRODUCTION)
+    users = kafka_users()
+    assert set(users) == {"cdcnorm-worker", "cdcnorm-sink", "cdcnorm-keda"}
+    bootstrap = effective_config(PRODUCTION).broker.bootstrap_servers[0]
+    for resource in users.values():
+        assert resource["spec"]["authentication"]["type"] == "scram-sha-512"
+        assert resource["spec"]["authorization"]["type"] == "simple"
+        cluster = resource["metadata"]["labels"]["strimzi.io/cluster"]
+        assert bootstrap.startswith(f"{cluster}-kafka-bootstrap."), f"{cluster} is not the cluster of {bootstrap}"
+    found = pods()
+    for owner, name in (("Deployment/cdcnorm-worker", "cdcnorm-worker"), ("SparkApplication/cdcnorm-sink/driver", "cdcnorm-sink")):
+        env = pod_env(docs, found[owner])
+        assert env["KAFKA_SASL_USERNAME"] == name
+        directory = str(Path(env["KAFKA_SASL_PASSWORD_FILE"]).parent)
+        secret = mounts(found[owner])[directory]["secret"]
+        assert secret["secretName"] == name, f"{owner} mounts {secret['secretName']}, not its user's Secret"
+    executor = found["SparkApplication/cdcnorm-sink/executor"]
+    assert not [v for v in mounts(executor).values() if v.get("secret", {}).get("secretName") in users], (
+        "executors get the password in the driver's closures, not from a mounted Secret")
+    auth = one(docs, "TriggerAuthentication")
+    refs = {r["parameter"]: (r["name"], r["key"]) for r in auth["spec"]["secretTargetRef"]}
+    assert refs["password"] == ("cdcnorm-keda", "password")
+    username = one(docs, "Secret", refs["username"][0])
+
+
+    value = username.get("stringData", {}).get("username") or base64.b64decode(username["data"]["username"]).decode()
+    assert value == "cdcnorm-keda"
+
+
+def test_kafka_acls_follow_the_config() -> None:
+    """What the config makes each workload read and write is granted, and nothing else: the
+    sink writes nothing, KEDA only describes, nobody may create topics but the metadata log's owner."""
+    config = effective_config(PRODUCTION)
+    users = kafka_users()
+    worker, sink, keda = users["cdcnorm-worker"], users["cdcnorm-sink"], users["cdcnorm-keda"]
+    sources = [e.name for e in config.topics if e.name] + [
+        re.sub(r"\\\.\.\*$", ".x", e.pattern) for e in config.topics if e.pattern]
+    assert any(s.startswith("legacy.") for s in sources)
+    for topic in sources:
+        assert grants(worker, "topic", topic, "Read") and grants(keda, "topic", topic, "Describe"), topic
+    assert grants(worker, "group", config.worker.app_id, "Read") and grants(keda, "group", config.worker.app_id, "Describe")
+    outputs = {config.topic_prefix, config.transaction_topic, f"{config.topic_prefix}.shop.customers",
+               *(e.output_dlq_topic(config.topic_prefix) for e in config.topics)}
+    for topic in outputs:
+        assert grants(worker, "topic", topic, "Write") and not grants(worker, "topic", topic, "Read"), topic
+    for operation in ("Read", "Write", "DescribeConfigs"):
+        assert grants(worker, "topic", config.metadata_topic, operation), f"metadata log: {operation}"
+    from sink.config import SinkConfig
+
+    sink_config = SinkConfig.model_validate(config.sink)
+    assert sink_config.topic_pattern is not None
+    assert grants(sink, "topic", f"{config.topic_prefix}.shop.customers", "Read")
+    assert re.fullmatch(sink_config.topic_pattern, f"{config.topic_prefix}.shop.customers")
+    assert grants(sink, "group", sink_config.group_id, "Read")
+    for user in users.values():
+        operations = {op for acl in user["spec"]["authorization"]["acls"] for op in acl["operations"]}
+        assert not operations & {"All", "Create", "Delete", "Alter", "AlterConfigs", "ClusterAction"}, operations
+        assert all(acl["resource"]["type"] in ("topic", "group") for acl in user["spec"]["authorization"]["acls"])
+    assert {op for acl in sink["spec"]["authorization"]["acls"] for op in acl["operations"]} == {"Describe", "Read"}
+    assert {op for acl in keda["spec"]["authorization"]["acls"] for op in acl["operations"]} == {"Describe"}
+
+
+def test_kafka_topics_exist_for_what_the_worker_writes() -> None:
+    """With auto-creation off, the topics whose names the config fixes are KafkaTopics: the
+    schema-change, transaction and dead-letter topics, replicated, and the metadata log,
+    compacted with one partition."""
+    config = effective_config(PRODUCTION)
+    topics = {d["spec"]["topicName"]: d for d in render(PRODUCTION) if d["kind"] == "KafkaTopic"}
+    fixed = {config.topic_prefix, config.transaction_topic, config.metadata_topic,
+             *(e.output_dlq_topic(config.topic_prefix) for e in config.topics)}
+    assert fixed <= set(topics), f"no KafkaTopic for {sorted(fixed - set(topics))}"
+    for name, topic in topics.items():
+        spec = topic["spec"]
+        assert spec["replicas"] >= 3 and spec["config"]["min.insync.replicas"] == "2", name
+        assert topic["metadata"]["labels"]["strimzi.io/cluster"] == "cdc-prod"
+    metadata = topics[config.metadata_topic]["spec"]
+    assert metadata["partitions"] == 1 and metadata["config"]["cleanup.policy"] == "compact"
+
+
+# ----------------------------------------------------------------------------- prerequisites
+
+
+def test_prerequisites_are_documented_with_their_checks() -> None:
+    """docs/operations.md's Prerequisites name each operator with the command that checks it (the
+    spark-operator's mutating webhook and jobNamespaces among them) and every Secret a production
+    pod mounts that neither kustomize nor Strimzi's User Operator creates."""
+    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    section = text[text.index("### Prerequisites"):text.index("### Topics and Kafka users")]
+    for needle in ("kubectl get mutatingwebhookconfigurations", "jobNamespaces", "watchedNamespace",
+                   "scaledobjects.keda.sh", "prometheusrules.monitoring.coreos.com", "NetworkPolic", "kafkaExporter"):
+        assert needle in section, f"Prerequisites: no {needle}"
+    docs = render(PRODUCTION)
+    generated = {d["metadata"]["name"] for d in docs if d["kind"] == "Secret"}
+    strimzi = set(kafka_users())
+    mounted = {v["secret"]["secretName"] for pod in pods().values() for v in pod.spec.get("volumes", []) if "secret" in v}
+    auth = one(docs, "TriggerAuthentication")
+    mounted |= {r["name"] for r in auth["spec"]["secretTargetRef"]}
+    for name in sorted(mounted - generated - strimzi):
+        assert f"`{name}`" in section, f"Prerequisites: the Secret {name} is mounted but not listed"
