@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -483,3 +484,108 @@ def test_prerequisites_are_documented_with_their_checks() -> None:
     mounted |= {r["name"] for r in auth["spec"]["secretTargetRef"]}
     for name in sorted(mounted - generated - strimzi):
         assert f"`{name}`" in section, f"Prerequisites: the Secret {name} is mounted but not listed"
+
+
+# ----------------------------------------------------------------------------- network policies
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A pod (labels, namespace labels) or an address outside the cluster's pods (``ip``)."""
+
+    labels: tuple[tuple[str, str], ...] = ()
+    namespace: str = "cdcnorm"
+    ip: bool = False
+
+
+def _selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
+    return selector is not None and selector.get("matchLabels", {}).items() <= labels.items() and not selector.get("matchExpressions")
+
+
+def _peer_matches(rule_peer: dict[str, Any], peer: Peer) -> bool:
+    if "ipBlock" in rule_peer:
+        return peer.ip and rule_peer["ipBlock"]["cidr"] == "0.0.0.0/0"
+    if peer.ip:
+        return False
+    namespaces = rule_peer.get("namespaceSelector")
+    in_namespace = _selects(namespaces, {"kubernetes.io/metadata.name": peer.namespace}) if namespaces is not None \
+        else peer.namespace == "cdcnorm"
+    return in_namespace and _selects(rule_peer.get("podSelector", {}), dict(peer.labels))
+
+
+def allowed(docs: list[dict[str, Any]], pod: dict[str, str], direction: str, peer: Peer, port: int) -> bool:
+    """Whether the NetworkPolicies of ``docs`` let ``pod`` (in cdcnorm) talk to ``peer`` on ``port``
+    (``direction`` Egress) or hear from it (Ingress): some policy selecting the pod for that
+    direction has a rule naming the peer and the port. A pod no policy selects for it is open."""
+    policies = [d["spec"] for d in docs if d["kind"] == "NetworkPolicy"
+                and _selects(d["spec"]["podSelector"], pod) and direction in d["spec"]["policyTypes"]]
+    if not policies:
+        return True
+    key, side = ("egress", "to") if direction == "Egress" else ("ingress", "from")
+    for policy in policies:
+        for rule in policy.get(key, []):
+            ports = {p["port"] for p in rule.get("ports", [])}
+            if ports and port not in ports:
+                continue
+            if any(_peer_matches(p, peer) for p in rule.get(side, [])):
+                return True
+    return False
+
+
+def test_network_policies_allow_what_the_pods_use_and_nothing_else() -> None:
+    docs = render(PRODUCTION)
+    config = effective_config(PRODUCTION)
+    conf = spark_app()["spec"]["sparkConf"]
+    labels = {owner: pod.labels for owner, pod in pods().items()}
+    worker = labels["Deployment/cdcnorm-worker"]
+    driver = labels["SparkApplication/cdcnorm-sink/driver"]
+    executor = labels["SparkApplication/cdcnorm-sink/executor"]
+    kafka_port = int(config.broker.bootstrap_servers[0].rsplit(":", 1)[1])
+    broker = Peer((("strimzi.io/cluster", "cdc-prod"), ("strimzi.io/kind", "Kafka")), namespace="kafka")
+    prometheus = Peer((("app.kubernetes.io/name", "prometheus"),), namespace="monitoring")
+    dns = Peer((("k8s-app", "kube-dns"),), namespace="kube-system")
+    outside = Peer(ip=True)
+    catalog_port = int(re.search(r":(\d+)$", config.sink["catalog"]["properties"]["uri"]).group(1))  # type: ignore[union-attr]
+    redis_port = int(re.search(r":(\d+)/", config.redis.url).group(1))  # type: ignore[union-attr]
+    driver_port, block_port = int(conf["spark.driver.port"]), int(conf["spark.blockManager.port"])
+    assert int(conf["spark.driver.blockManager.port"]) == block_port
+    catalog = Peer(namespace="lakehouse")
+    # a default deny for everything in the namespace, both ways
+    assert allowed(docs, {"app": "something-else"}, "Ingress", Peer(), 80) is False
+    assert allowed(docs, {"app": "something-else"}, "Egress", outside, 443) is False
+    for pod in (worker, driver, executor):
+        assert allowed(docs, pod, "Egress", dns, 53)
+        assert allowed(docs, pod, "Egress", broker, kafka_port)
+        assert not allowed(docs, pod, "Egress", outside, 9092), "no other broker port"
+    # the worker: scraped; Redis; nothing else
+    assert allowed(docs, worker, "Ingress", prometheus, config.web.port)
+    assert allowed(docs, worker, "Egress", outside, redis_port)
+    assert not allowed(docs, worker, "Egress", outside, 443) and not allowed(docs, worker, "Ingress", Peer(tuple(executor.items())), 6066)
+    # the driver: scraped, reached by executors; the API, the catalog, the object store, executors
+    assert allowed(docs, driver, "Ingress", prometheus, 9108)
+    for port in (driver_port, block_port):
+        assert allowed(docs, driver, "Ingress", Peer(tuple(executor.items())), port)
+        assert allowed(docs, executor, "Egress", Peer(tuple(driver.items())), port)
+    assert not allowed(docs, driver, "Ingress", Peer(tuple(worker.items())), driver_port)
+    assert not allowed(docs, driver, "Egress", outside, redis_port), "the sink uses no Redis"
+    assert allowed(docs, driver, "Egress", outside, 443) and allowed(docs, driver, "Egress", catalog, catalog_port)
+    assert allowed(docs, driver, "Egress", Peer(tuple(executor.items())), block_port)
+    # executors: each other's block managers, the object store, the catalog; not the API's 6443
+    assert allowed(docs, executor, "Ingress", Peer(tuple(executor.items())), block_port)
+    assert allowed(docs, executor, "Egress", Peer(tuple(executor.items())), block_port)
+    assert allowed(docs, executor, "Egress", outside, 443) and allowed(docs, executor, "Egress", catalog, catalog_port)
+    assert not allowed(docs, executor, "Egress", outside, 6443)
+    assert not allowed(docs, executor, "Ingress", prometheus, 9108)
+
+
+def test_local_redis_and_broker_answer_only_cdcnorm() -> None:
+    docs = render("overlays/local")
+    found = pods("overlays/local")
+    redis, broker = found["StatefulSet/redis"].labels, found["Deployment/kafka"].labels
+    worker, sink = found["Deployment/cdcnorm-worker"].labels, found["Deployment/cdcnorm-sink"].labels
+    assert allowed(docs, redis, "Ingress", Peer(tuple(worker.items())), 6379)
+    assert not allowed(docs, redis, "Ingress", Peer(tuple(sink.items())), 6379), "the sink uses no Redis"
+    assert not allowed(docs, redis, "Ingress", Peer((("app", "other"),)), 6379)
+    for client in (worker, sink):
+        assert allowed(docs, broker, "Ingress", Peer(tuple(client.items())), 9092)
+    assert not allowed(docs, broker, "Ingress", Peer((("app", "other"),)), 9092)
