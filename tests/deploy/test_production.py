@@ -589,3 +589,31 @@ def test_local_redis_and_broker_answer_only_cdcnorm() -> None:
     for client in (worker, sink):
         assert allowed(docs, broker, "Ingress", Peer(tuple(client.items())), 9092)
     assert not allowed(docs, broker, "Ingress", Peer((("app", "other"),)), 9092)
+
+
+# ----------------------------------------------------------------------------- Spark sizing
+
+
+def _gib(value: str) -> float:
+    number, unit = re.fullmatch(r"(\d+(?:\.\d+)?)([mgMG])", value).groups()  # type: ignore[union-attr]
+    return float(number) / (1024 if unit.lower() == "m" else 1)
+
+
+def test_spark_sizing_is_explicit_and_cluster_mode_clean() -> None:
+    """Python workers get memory of their own; overheads are set, not defaulted; the sink's
+    shuffle partitions yield to the SparkApplication's; no spark.driver.memory where it does
+    nothing (the driver's JVM is running before the sink sets its conf)."""
+    spec = spark_app()["spec"]
+    conf = spec["sparkConf"]
+    pyspark = _gib(conf["spark.executor.pyspark.memory"])
+    executor = spec["executor"]
+    assert executor.get("memoryOverhead") and spec["driver"].get("memoryOverhead")
+    pod = _gib(executor["memory"]) + _gib(executor["memoryOverhead"]) + pyspark
+    assert pyspark >= _gib(executor["memory"]), "the Python workers do the per-record work: give them the larger share"
+    assert pod <= 8, f"an executor pod of {pod} GiB"
+    assert int(conf["spark.sql.shuffle.partitions"]) >= executor["instances"] * executor["cores"]
+    for target, owner in ((PRODUCTION, "SparkApplication/cdcnorm-sink/driver"), ("overlays/local", "Deployment/cdcnorm-sink")):
+        sink = effective_config(target, owner).sink
+        assert sink is not None
+        assert "spark.driver.memory" not in sink.get("spark_conf", {}), f"{owner}: spark.driver.memory does nothing in cluster mode"
+        assert "spark.driver.memory" not in conf
