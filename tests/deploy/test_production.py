@@ -617,3 +617,52 @@ def test_spark_sizing_is_explicit_and_cluster_mode_clean() -> None:
         assert sink is not None
         assert "spark.driver.memory" not in sink.get("spark_conf", {}), f"{owner}: spark.driver.memory does nothing in cluster mode"
         assert "spark.driver.memory" not in conf
+
+
+# ----------------------------------------------------------------------------- autoscaling and rollout
+
+
+def test_autoscaling_skips_persistent_lag_and_scales_in_bounded_steps() -> None:
+    docs = render(PRODUCTION)
+    scaled = one(docs, "ScaledObject")
+    spec = scaled["spec"]
+    (trigger,) = spec["triggers"]
+    assert trigger["metadata"]["excludePersistentLag"] == "true", "one poison partition must not scale to max"
+    fallback = spec["fallback"]
+    assert fallback["failureThreshold"] >= 3 and spec["minReplicaCount"] <= fallback["replicas"] <= spec["maxReplicaCount"]
+    behavior = spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    up, down = behavior["scaleUp"], behavior["scaleDown"]
+    assert up["selectPolicy"] == "Min" and up["stabilizationWindowSeconds"] >= 30
+    pods_step = [p for p in up["policies"] if p["type"] == "Pods"]
+    assert pods_step and pods_step[0]["value"] <= spec["maxReplicaCount"] // 4, "scale up in steps, not to max at once"
+    assert all(p["periodSeconds"] >= 60 for p in up["policies"])
+    assert down["stabilizationWindowSeconds"] >= 300 and down["policies"][0]["value"] == 1
+
+
+def test_worker_rollout_and_disruptions_are_sized_for_rebalances() -> None:
+    """A rollout of the largest group takes a few waves, not one rebalance pair per pod; a pod
+    leaves only after its replacement joined; an unhealthy worker never blocks a drain; replicas
+    spread over zones and nodes."""
+    docs = render(PRODUCTION)
+    worker = one(docs, "Deployment", "cdcnorm-worker")["spec"]
+    rolling = worker["strategy"]["rollingUpdate"]
+    assert rolling["maxUnavailable"] == 0
+    surge = rolling["maxSurge"]
+    high = one(docs, "ScaledObject")["spec"]["maxReplicaCount"]
+    per_wave = -(-high * int(surge.rstrip("%")) // 100) if isinstance(surge, str) else surge
+    assert high / per_wave <= 6, f"{high} replicas roll in {high / per_wave:.0f} waves of {per_wave}"
+    assert worker["minReadySeconds"] >= effective_config(PRODUCTION).broker.session_timeout_s / 2
+    pdb = one(docs, "PodDisruptionBudget", "cdcnorm-worker")["spec"]
+    assert pdb["unhealthyPodEvictionPolicy"] == "AlwaysAllow" and pdb["maxUnavailable"] == 1
+    spread = {c["topologyKey"]: c for c in worker["template"]["spec"]["topologySpreadConstraints"]}
+    assert {"topology.kubernetes.io/zone", "kubernetes.io/hostname"} <= set(spread)
+    for constraint in spread.values():
+        assert constraint["labelSelector"]["matchLabels"].items() <= worker["template"]["metadata"]["labels"].items()
+
+
+def test_every_empty_dir_has_a_size_limit() -> None:
+    for target in ("overlays/local", PRODUCTION):
+        for pod in pod_specs(render(target)):
+            for volume in pod.spec.get("volumes", []):
+                if "emptyDir" in volume:
+                    assert volume["emptyDir"].get("sizeLimit"), f"{target} {pod.owner}: emptyDir {volume['name']} has no sizeLimit"
