@@ -516,12 +516,14 @@ def _validate_config(path: Path, env: dict[str, str] | None = None) -> subproces
     command = [str(cli)] if cli.exists() else [sys.executable, "-m", "cdcnorm.cli"]
     referenced = {ref.name for ref in config_references(path.read_text(encoding="utf-8"))}
     inherited = {k: v for k, v in os.environ.items() if k not in referenced}
+    # this checkout's code, whatever checkout the venv's (editable) install points at
+    python_path = os.pathsep.join(filter(None, [str(ROOT), inherited.get("PYTHONPATH")]))
     return subprocess.run(
         [*command, "validate-config", str(path)],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**inherited, "COLUMNS": "200", **(env or {})},
+        env={**inherited, "COLUMNS": "200", "PYTHONPATH": python_path, **(env or {})},
     )
 
 
