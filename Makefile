@@ -55,4 +55,4 @@ lock-check: $(STAMP)
 	scripts/lock --check
 
 clean:
-	rm -rf $(VENV) .venv-flink .pytest_cache .mypy_cache build *.egg-info
+	rm -rf $(VENV) .venv-flink .venv-checkov .pytest_cache .mypy_cache build *.egg-info

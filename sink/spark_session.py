@@ -18,7 +18,7 @@ from transforms.extras import require_extras
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["build_spark", "iceberg_jar", "local_cores", "spark_conf"]
+__all__ = ["apply_session_defaults", "build_spark", "iceberg_jar", "local_cores", "session_defaults", "spark_conf"]
 
 log = logging.getLogger("cdcnorm.sink")
 
@@ -60,9 +60,6 @@ def spark_conf(config: SinkConfig) -> dict[str, str]:
         prefix: "org.apache.iceberg.spark.SparkCatalog",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        # MERGE joins on a shuffle: one partition per local core (no straggler task in a second
-        # wave, fewer files per commit); 4 on a cluster master
-        "spark.sql.shuffle.partitions": str(local_cores(config.spark_master) or 4),
         "spark.sql.session.timeZone": "UTC",
         # the tables of a micro-batch are written from several driver threads at once
         # (sink.table_parallelism), each in its own pool: FAIR shares the executors between them
@@ -92,6 +89,29 @@ def spark_conf(config: SinkConfig) -> dict[str, str]:
     return conf
 
 
+def session_defaults(config: SinkConfig) -> dict[str, str]:
+    """The sink's own choices of runtime SQL settings, which yield to a value the Spark conf
+    already has (spark-submit's ``--conf``, a SparkApplication's ``sparkConf``, spark-defaults)
+    or the user's ``sink.spark_conf``: :func:`apply_session_defaults`."""
+    # MERGE joins on a shuffle: one partition per local core (no straggler task in a second
+    # wave, fewer files per commit); 4 on a cluster master unless the cluster's conf says
+    return {"spark.sql.shuffle.partitions": str(local_cores(config.spark_master) or 4)}
+
+
+def apply_session_defaults(spark: SparkSession, config: SinkConfig) -> dict[str, str]:
+    """Set each of :func:`session_defaults` on the session unless the application's Spark conf
+    or ``sink.spark_conf`` has it; returns what was set. On a cluster the driver's Spark conf holds
+    what was submitted with it, so the SparkApplication's ``spark.sql.shuffle.partitions`` stands."""
+    submitted = spark.sparkContext.getConf()
+    applied: dict[str, str] = {}
+    for key, value in session_defaults(config).items():
+        if key in config.spark_conf or submitted.contains(key):
+            continue
+        spark.conf.set(key, value)
+        applied[key] = value
+    return applied
+
+
 def build_spark(config: SinkConfig) -> SparkSession:
     """A Spark session configured for the sink."""
     require_extras("a Spark session (the Iceberg sink)", "sink")
@@ -106,6 +126,7 @@ def build_spark(config: SinkConfig) -> SparkSession:
     for key, value in spark_conf(config).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    apply_session_defaults(spark, config)
     spark.sparkContext.setLogLevel("ERROR")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per callback (MERGE commit properties)
     if "://" not in config.catalog.warehouse or config.catalog.warehouse.startswith("file:"):

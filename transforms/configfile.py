@@ -107,7 +107,9 @@ def resolve_reference(text: str, *, files: bool = True, environ: Mapping[str, st
       `expandvars <https://pypi.org/project/expandvars/>`_ library); ``$`` not followed by ``{``
       stays as it is (``$1`` in a route replacement, ``$`` in a regex); ``$${`` is a literal ``${``;
     * with ``files``, a whole value ``file:/path`` is the file's content without its trailing
-      newline (the path may hold ``${VAR}``).
+      newline (the path may hold ``${VAR}``); a path that resolves to nothing
+      (``file:${PASSWORD_FILE:-}`` with the variable unset or empty) is the empty string, which
+      :func:`resolve_document` reads as a setting not given.
 
     A ``${VAR}`` without a default whose variable is not set is an error.
 
@@ -117,10 +119,15 @@ def resolve_reference(text: str, *, files: bool = True, environ: Mapping[str, st
     Traceback (most recent call last):
     ...
     ValueError: environment variable CDCNORM_DOCTEST_HOST is not set (and the reference gives no default)
+    >>> resolve_reference("file:${CDCNORM_DOCTEST_PW_FILE:-}", environ={})
+    ''
     """
     env = _environ() if environ is None else dict(environ)
     if files and text.startswith("file:"):
-        path = Path(_expand(text[5:], env)).expanduser()
+        named = _expand(text[5:], env)
+        if not named:
+            return ""
+        path = Path(named).expanduser()
         try:
             return path.read_text(encoding="utf-8").rstrip("\r\n")
         except OSError as exc:
@@ -627,14 +634,28 @@ def resolve_document(raw: dict[str, Any]) -> Document:
     ``file:`` references resolve everywhere except in the ``sink:`` section, where only values
     under secret-looking keys are file references: Spark and Iceberg take ``file:`` URIs (a
     ``file:/`` warehouse). A mapping value that is one reference and resolves to the empty string
-    (``sasl_mechanism: ${KAFKA_SASL_MECHANISM:-}``) counts as not given: the key's default applies.
+    (``sasl_mechanism: ${KAFKA_SASL_MECHANISM:-}``) counts as not given: the key's default applies;
+    so does a file reference whose path resolves to nothing (``sasl_password:
+    file:${KAFKA_SASL_PASSWORD_FILE:-}`` where the variable is unset), which lets one config read a
+    secret from a mounted file where the pod sets the variable and go without it elsewhere.
     """
     env = _environ()
     out = Document(raw, {})
 
+    def reads_files(loc: tuple[Any, ...]) -> bool:
+        return loc[:1] != ("sink",) or is_secret_key(key_path(loc))
+
+    def unset(value: str, resolved: str, loc: tuple[Any, ...]) -> bool:
+        """``value`` is a reference that resolved to nothing: a setting not given."""
+        if resolved != "":
+            return False
+        if value.startswith("${") and value.endswith("}"):
+            return True
+        return value.startswith("file:") and reads_files(loc) and resolve_reference(value[5:], files=False, environ=env) == ""
+
     def one(value: str, loc: tuple[Any, ...]) -> str:
         path = key_path(loc)
-        files = loc[:1] != ("sink",) or is_secret_key(path)
+        files = reads_files(loc)
         try:
             resolved = resolve_reference(value, files=files, environ=env)
         except ValueError as exc:
@@ -653,7 +674,7 @@ def resolve_document(raw: dict[str, Any]) -> Document:
                     mapping[key] = walk(value, here)
                     continue
                 resolved = one(value, here)
-                if resolved == "" and value.startswith("${") and value.endswith("}"):
+                if unset(value, resolved, here):
                     continue  # an unset optional setting
                 mapping[key] = resolved
             return mapping

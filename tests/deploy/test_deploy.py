@@ -34,6 +34,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -59,13 +60,15 @@ PIPELINE_FILES = {  # the pipeline.yaml that ends up in each target's ConfigMap:
 # the pods that load the pipeline config (as rendered by pod_specs)
 CONFIG_CONSUMERS = ("Deployment/cdcnorm-worker", "Deployment/cdcnorm-sink", "SparkApplication/cdcnorm-sink/driver")
 SECRET_PLACEHOLDER = "offline-check"
-CRD_GROUPS = {"keda.sh", "monitoring.coreos.com", "sparkoperator.k8s.io"}
-KNOWN_CRD_KINDS = {
+CRD_GROUPS = {"keda.sh", "monitoring.coreos.com", "sparkoperator.k8s.io", "kafka.strimzi.io"}
+KNOWN_CRD_KINDS = {  # each has its structural checks here or in test_production.py
     ("keda.sh/v1alpha1", "ScaledObject"),
     ("keda.sh/v1alpha1", "TriggerAuthentication"),
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
     ("monitoring.coreos.com/v1", "PrometheusRule"),
     ("sparkoperator.k8s.io/v1beta2", "SparkApplication"),
+    ("kafka.strimzi.io/v1beta2", "KafkaUser"),
+    ("kafka.strimzi.io/v1beta2", "KafkaTopic"),
 }
 # the oldest Kubernetes the manifests support, and the newest schemas kubernetes-validate ships
 K8S_VERSIONS = ("1.30.0", "latest")
@@ -209,6 +212,44 @@ def pod_env(docs: list[dict[str, Any]], pod: PodSpec) -> dict[str, str]:
     return env
 
 
+def pod_view(docs: list[dict[str, Any]], pod: PodSpec, root: Path) -> dict[str, str]:
+    """The environment of ``pod`` (:func:`pod_env`) with the files it mounts laid out under
+    ``root``: each ConfigMap volume's data, and each required Secret volume's ``items`` (a
+    placeholder as content; an optional Secret counts as absent, like in :func:`pod_env`). A
+    variable whose value is a path inside a mounted volume points into ``root`` instead, so the
+    config's ``file:`` references and file settings (``broker.ssl_cafile``) resolve offline."""
+    env = pod_env(docs, pod)
+    (container,) = pod.spec["containers"]
+    volumes = {v["name"]: v for v in pod.spec.get("volumes", [])}
+    maps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"}
+    mounted: list[str] = []
+    for mount in container.get("volumeMounts", []):
+        volume = volumes.get(mount["name"], {})
+        files: dict[str, str] = {}
+        if "secret" in volume:
+            secret = volume["secret"]
+            if secret.get("optional", False):
+                continue
+            items = secret.get("items")
+            assert items, f"{pod.owner}: Secret volume {mount['name']} lists no items: name the keys the pod reads"
+            files = {item["path"]: SECRET_PLACEHOLDER for item in items}
+        elif "configMap" in volume:
+            data = maps[volume["configMap"]["name"]]
+            items = volume["configMap"].get("items")
+            files = {i["path"]: data[i["key"]] for i in items} if items else dict(data)
+        else:
+            continue
+        for relative, content in files.items():
+            path = root / mount["mountPath"].lstrip("/") / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content, encoding="utf-8")
+        mounted.append(mount["mountPath"].rstrip("/"))
+    for name, value in env.items():
+        if any(value == m or value.startswith(m + "/") for m in mounted):
+            env[name] = str(root) + value
+    return env
+
+
 def env_sources(pod: PodSpec) -> dict[str, dict[str, Any]]:
     """Each variable the container sets one by one, with its entry (``value`` or ``valueFrom``)."""
     (container,) = pod.spec["containers"]
@@ -240,7 +281,7 @@ def effective_config(target: str, owner: str = "Deployment/cdcnorm-worker") -> A
     docs = render(target)
     text = pipeline_text(target)
     (pod,) = [p for p in consumers(docs) if p.owner == owner]
-    with environment(text, pod_env(docs, pod)):
+    with tempfile.TemporaryDirectory(prefix="cdcnorm-pod-") as root, environment(text, pod_view(docs, pod, Path(root))):
         return parse_config(yaml.safe_load(text), check_formats=False)
 
 
@@ -427,31 +468,40 @@ def test_worker_probes_and_ports_match_the_service() -> None:
 
 @pytest.mark.parametrize("target", OVERLAYS)
 def test_config_references_are_provided(target: str) -> None:
-    """Every ``${VAR}`` without a default is set in every pod that loads the config; a reference
-    under a secret key (password ...) is set from a Secret only, never a literal or a ConfigMap,
-    and in production the Secret is required."""
+    """Every ``${VAR}`` without a default is set in every pod that loads the config. A secret
+    (a value under a secret-looking key: password, salt ...) is a ``file:${X_FILE:-}`` reference,
+    never a ``${VAR}``: no secret passes through an environment variable, and no pod sets one from a
+    Secret. Where a pod sets X_FILE, it names a file of a mounted, required Secret."""
     docs = render(target)
-    references = config_references(pipeline_configmap(docs)["data"]["pipeline.yaml"])
+    text = pipeline_configmap(docs)["data"]["pipeline.yaml"]
+    references = config_references(text)
     assert references, "the base pipeline.yaml reads its environment-specific settings from ${VAR}s"
-    secret = {ref.name for ref in references if ref.secret}
-    assert {"KAFKA_SASL_PASSWORD", "REDIS_PASSWORD"} <= secret
+    secret_refs = [ref for ref in references if ref.secret]
+    assert {ref.path for ref in secret_refs} >= {"broker.sasl_password", "redis.password"}
+    for ref in secret_refs:
+        assert ref.name.endswith("_FILE"), f"{ref.path}: a secret is read from a file (file:${{X_FILE:-}}), not ${{{ref.name}}}"
+        assert re.search(rf'"file:\$\{{{ref.name}:-\}}"', text), f"{ref.path}: write it as file:${{{ref.name}:-}}"
     for pod in consumers(docs):
         env = pod_env(docs, pod)
-        sources = env_sources(pod)
         for ref in references:
             if not ref.has_default:
                 assert ref.name in env, f"{target} {pod.owner}: ${{{ref.name}}} ({ref.path}) is used but not set"
-        for name in secret | {"KAFKA_SASL_USERNAME"}:
-            (container,) = pod.spec["containers"]
-            from_maps = [s for s in container.get("envFrom", []) if name in _configmap_data(docs, s)]
-            assert not from_maps, f"{pod.owner}: {name} comes from a ConfigMap; it belongs in a Secret"
-            if name not in sources:
-                assert target != "overlays/production", f"{pod.owner}: {name} is not set"
-                continue
-            ref = sources[name].get("valueFrom", {}).get("secretKeyRef")
-            assert ref, f"{pod.owner}: {name} must come from a Secret, not a literal"
-            if target == "overlays/production":
-                assert ref.get("optional") in (None, False), f"{pod.owner}: {name} must be required in production"
+        (container,) = pod.spec["containers"]
+        volumes = {v["name"]: v for v in pod.spec.get("volumes", [])}
+        secret_files = {
+            f"{m['mountPath'].rstrip('/')}/{item['path']}"
+            for m in container.get("volumeMounts", [])
+            if "secret" in volumes.get(m["name"], {}) and not volumes[m["name"]]["secret"].get("optional", False)
+            for item in volumes[m["name"]]["secret"].get("items", [])
+        }
+        for ref in secret_refs:
+            if ref.name in env:
+                assert env[ref.name] in secret_files, f"{pod.owner}: {ref.name}={env[ref.name]} is no file of a required Secret"
+    for pod in pod_specs(docs):
+        for container in pod.spec["containers"]:
+            from_secrets = [v["name"] for v in container.get("env", []) if "secretKeyRef" in v.get("valueFrom", {})]
+            assert not from_secrets, f"{target} {pod.owner}: {from_secrets} come from Secrets as environment variables"
+            assert not any("secretRef" in e for e in container.get("envFrom", [])), f"{pod.owner}: envFrom a Secret"
 
 
 def _configmap_data(docs: list[dict[str, Any]], source: dict[str, Any]) -> dict[str, str]:
@@ -468,12 +518,14 @@ def _validate_config(path: Path, env: dict[str, str] | None = None) -> subproces
     command = [str(cli)] if cli.exists() else [sys.executable, "-m", "cdcnorm.cli"]
     referenced = {ref.name for ref in config_references(path.read_text(encoding="utf-8"))}
     inherited = {k: v for k, v in os.environ.items() if k not in referenced}
+    # this checkout's code, whatever checkout the venv's (editable) install points at
+    python_path = os.pathsep.join(filter(None, [str(ROOT), inherited.get("PYTHONPATH")]))
     return subprocess.run(
         [*command, "validate-config", str(path)],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**inherited, "COLUMNS": "200", **(env or {})},
+        env={**inherited, "COLUMNS": "200", "PYTHONPATH": python_path, **(env or {})},
     )
 
 
@@ -487,8 +539,8 @@ def test_configmap_pipeline_passes_validate_config(target: str, tmp_path: Path) 
     assert text == PIPELINE_FILES[target].read_text(encoding="utf-8")
     path = tmp_path / "pipeline.yaml"
     path.write_text(text, encoding="utf-8")
-    for pod in consumers(docs):
-        env = pod_env(docs, pod)
+    for index, pod in enumerate(consumers(docs)):
+        env = pod_view(docs, pod, tmp_path / f"pod-{index}")
         proc = _validate_config(path, env)
         assert proc.returncode == 0, f"cdcnorm validate-config {PIPELINE_FILES[target]} in {pod.owner}:\n{proc.stderr}{proc.stdout}"
         assert "valid" in proc.stdout
@@ -539,17 +591,29 @@ def test_production_reuses_the_base_config() -> None:
     local = effective_config("overlays/local")
     assert local.broker.security_protocol.value == "PLAINTEXT" and local.broker.sasl_mechanism is None
     assert local.redis.password is None and local.redis.url.startswith("redis://")
-    for owner in ("Deployment/cdcnorm-worker", "SparkApplication/cdcnorm-sink/driver"):
+    users = {"Deployment/cdcnorm-worker": "cdcnorm-worker", "SparkApplication/cdcnorm-sink/driver": "cdcnorm-sink"}
+    for owner, user in users.items():
         prod = effective_config("overlays/production", owner)
-        assert prod.topics == local.topics and prod.worker.app_id == local.worker.app_id
+        assert prod.worker.app_id == local.worker.app_id
         broker = prod.broker
         assert (broker.security_protocol.value, broker.sasl_mechanism and broker.sasl_mechanism.value) == (
             "SASL_SSL", "SCRAM-SHA-512")
-        assert broker.sasl_username == SECRET_PLACEHOLDER and broker.sasl_password is not None
-        assert len(broker.bootstrap_servers) == 3 and broker.session_timeout_s == 30
-        assert prod.redis.uses_tls and prod.redis.password is not None
+        assert broker.sasl_username == user, f"{owner}: its own Kafka user"
+        assert broker.sasl_password is not None and broker.sasl_password.get_secret_value() == SECRET_PLACEHOLDER
+        assert broker.bootstrap_servers == ["cdc-prod-kafka-bootstrap.kafka.svc:9093"] and broker.session_timeout_s == 30
+        assert broker.ssl_cafile is not None and broker.ssl_cafile.name == "ca.crt", "Strimzi's cluster CA"
+        assert prod.redis.uses_tls
         assert prod.worker.max_inflight == 5000
         assert prod.sink is not None and prod.sink["catalog"]["type"] == "rest"
+    # only the worker gets the Redis password and the mask's salt, each from its Secret's file
+    worker = effective_config("overlays/production")
+    assert worker.redis.password is not None and worker.redis.password.get_secret_value() == SECRET_PLACEHOLDER
+    driver = effective_config("overlays/production", "SparkApplication/cdcnorm-sink/driver")
+    assert driver.redis.password is None, "the sink uses no Redis: it gets no Redis password"
+    for local_entry, worker_entry in zip(local.topics, worker.topics, strict=True):
+        assert local_entry.format == worker_entry.format
+    salts = [t.get("hash.salt") for e in worker.topics for t in e.transforms if t.get("mode") == "hash"]
+    assert salts == [SECRET_PLACEHOLDER], "production takes hash.salt from the Secret cdcnorm-hash-salt"
 
 
 # ----------------------------------------------------------------------------- custom resources
@@ -699,15 +763,11 @@ def test_sparkapplication_runs_the_sink_with_iceberg() -> None:
     assert {"kind": "ServiceAccount", "name": account} in [
         {k: s[k] for k in ("kind", "name")} for s in binding["subjects"]
     ]
-    # Iceberg: the runtime from Maven at submit time, the catalog exactly as the sink config (with
-    # the driver's environment) sets it
+    # Iceberg: the runtime on the image's classpath (tests/deploy/test_production.py), the catalog
+    # exactly as the sink config (with the driver's environment) sets it
     sink = SinkConfig.model_validate(effective_config("overlays/production", "SparkApplication/cdcnorm-sink/driver").sink)
     conf = spec["sparkConf"]
-    packages = conf["spark.jars.packages"].split(",")
-    assert sink.jar_packages in packages, f"spark.jars.packages must carry {sink.jar_packages}"
-    runtime_version = sink.jar_packages.rsplit(":", 1)[1]
-    assert all(p.rsplit(":", 1)[1] == runtime_version for p in packages if p.startswith("org.apache.iceberg:"))
-    assert sink.jar_source.value == "none", "the SparkApplication resolves Iceberg; the sink must not add it again"
+    assert sink.jar_source.value == "none", "the SparkApplication's classpath has Iceberg; the sink must not add it again"
     assert sink.spark_master.startswith("k8s://"), "the sink would override spark.master with a local master"
     expected = {k: v for k, v in spark_conf(sink).items() if k.startswith("spark.sql.catalog.") or k == "spark.sql.extensions"}
     assert any(k.endswith(".uri") for k in expected), "the REST catalog example needs a uri"
@@ -901,8 +961,12 @@ def test_dockerfile_targets() -> None:
     makefile_python = re.search(r"^PYTHON \?= python(\S+)", (ROOT / "Makefile").read_text(encoding="utf-8"), re.M)
     assert makefile_python and makefile_python.group(1) == image_version.group(1), "Makefile and Dockerfile Pythons differ"
     assert "bookworm" in image_arg, "openjdk-17 is a bookworm package (trixie has none)"
+    assert re.fullmatch(r"PYTHON_IMAGE=python:[\w.-]+@sha256:[0-9a-f]{64}", image_arg), f"pin the base by digest: {image_arg}"
     froms = [i.args for i in instructions if i.keyword == "FROM"]
-    assert all("${PYTHON_IMAGE}" in f or f.split()[0] in stages() for f in froms)
+    # every image is built on PYTHON_IMAGE; Maven's image only builds the `jars` stage, whose jars the
+    # spark image copies (the build fetches them, a run never does)
+    assert all("${PYTHON_IMAGE}" in f or f.split()[0] in stages() or f == "${MAVEN_IMAGE} AS jars" for f in froms), froms
+    assert not any("jars" in stage_chain(t) for t in IMAGE_TARGETS.values()), "an image is built FROM the Maven stage"
     site_packages = f"python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"
     for target in IMAGE_TARGETS.values():
         runs = " ".join(i.args for i in target_instructions(target, "RUN"))

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from service.config import SecretRedactor, parse_config, resolve_reference
+from service.config import ConfigErrors, SecretRedactor, parse_config, resolve_reference
+from transforms.configfile import resolve_document
 from transforms.errors import ConfigError
 
 SALT = "saltFromEnv-8dK2"
@@ -166,6 +167,42 @@ def test_file_references_and_file_uris(tmp_path: Path) -> None:
     assert cfg.sink["catalog"]["properties"]["token"] == "UTC"
     exc = error(minimal(worker={"app_id": f"file:{tmp_path / 'nope'}"}))
     assert exc.key == "worker.app_id" and "cannot read file" in exc.reason
+
+
+def test_file_reference_without_a_path_means_not_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``file:${VAR:-}``: the secret is read from the file the pod names in VAR, and the setting
+    is not given where VAR is unset or empty (one config for pods with and without the Secret)."""
+    raw = minimal(broker={"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN", "sasl_username": "u",
+                          "sasl_password": "file:${CDCNORM_R_PW_FILE:-}"},
+                  redis={"password": "file:${CDCNORM_R_EMPTY}"})
+    raw["topics"][0]["transforms"] = [{"type": "mask", "fields": "phone", "mode": "hash",
+                                       "hash.salt": "file:${CDCNORM_R_PW_FILE:-}"}]
+    monkeypatch.delenv("CDCNORM_R_PW_FILE", raising=False)
+    exc = error(raw)  # SASL without a password: the key was left out, and validation says so
+    assert exc.key == "broker" and "password" in exc.reason
+    raw["broker"] = {"sasl_password": "file:${CDCNORM_R_PW_FILE:-}"}
+    cfg = parse_config(raw)
+    assert cfg.broker.sasl_password is None and cfg.redis.password is None
+    assert "hash.salt" not in cfg.topics[0].transforms[0]  # the mask's default (no salt) applies
+    secret = tmp_path / "password"
+    secret.write_text("pw-from-a-Secret-91\n")
+    monkeypatch.setenv("CDCNORM_R_PW_FILE", str(secret))
+    raw["broker"] = {"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN", "sasl_username": "u",
+                     "sasl_password": "file:${CDCNORM_R_PW_FILE:-}"}
+    cfg = parse_config(raw)
+    assert cfg.broker.sasl_password is not None and cfg.broker.sasl_password.get_secret_value() == "pw-from-a-Secret-91"
+    assert cfg.topics[0].transforms[0]["hash.salt"] == "pw-from-a-Secret-91"
+    assert "pw-from-a-Secret-91" in cfg.secret_values()
+    # a path that names a missing file is still an error, with the key
+    monkeypatch.setenv("CDCNORM_R_PW_FILE", str(tmp_path / "absent"))
+    with pytest.raises(ConfigErrors) as info:  # the password and the salt both name it
+        parse_config(raw)
+    exc = info.value
+    assert isinstance(exc, ConfigErrors) and "broker.sasl_password" in str(exc) and "cannot read file" in str(exc)
+    # an empty file is an empty value, not a setting left out
+    secret.write_text("")
+    monkeypatch.setenv("CDCNORM_R_PW_FILE", str(secret))
+    assert resolve_document({"redis": {"password": "file:${CDCNORM_R_PW_FILE}"}}).doc == {"redis": {"password": ""}}
 
 
 def test_secret_references_are_masked_in_errors(caplog: pytest.LogCaptureFixture) -> None:
