@@ -136,7 +136,7 @@ CMD ["broker", "--listener-url", "tcp://0.0.0.0:9092", "--advertised-listener-ur
 FROM python-base AS worker
 COPY --from=worker-builder /opt/venv /opt/venv
 USER 10001:10001
-# web.port of pipeline.yaml: /healthz, /readyz, /metrics
+# web.port of pipeline.yaml: /healthz, /startupz, /readyz, /metrics
 EXPOSE 6066
 # The worker's readiness (group joined, Redis answers). Kubernetes ignores HEALTHCHECK and uses
 # the probes of k8s/base/worker-deployment.yaml; set CDCNORM_WEB_PORT when web.port differs.
