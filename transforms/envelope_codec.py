@@ -123,22 +123,23 @@ def _source_schema(connector: str, extras: tuple[tuple[str, ConnectType], ...]) 
     return schema
 
 
-_native_source_schemas: dict[tuple[tuple[str, ConnectType], ...], dict[str, Any]] = {}
+_native_source_schemas: dict[tuple[str, tuple[tuple[str, ConnectType], ...]], dict[str, Any]] = {}
 
 
 def _native_source_schema(source: Mapping[str, Any]) -> dict[str, Any]:
     """A schema for a Debezium source block that arrived without one (``schemas.enable=false``),
     typed from its values, named as Debezium names it (``io.debezium.connector.<connector>.Source``)."""
-    shape = tuple((name, source_field_type(value)) for name, value in source.items())
-    schema = _native_source_schemas.get(shape)
+    connector = source.get("connector")
+    # the schema's name comes from the connector: part of the key, as the field shape is
+    name = f"io.debezium.connector.{connector if isinstance(connector, str) else 'unknown'}.Source"
+    shape = tuple((field, source_field_type(value)) for field, value in source.items())
+    schema = _native_source_schemas.get((name, shape))
     if schema is None:
-        connector = source.get("connector")
-        name = f"io.debezium.connector.{connector if isinstance(connector, str) else 'unknown'}.Source"
         cols = tuple(Column(n, t, True) for n, t in shape)
         schema = struct_schema(cols, name, False, DecimalHandlingMode.PRECISE, SOURCE)
         if len(_native_source_schemas) > 10_000:
             _native_source_schemas.clear()
-        _native_source_schemas[shape] = schema
+        _native_source_schemas[(name, shape)] = schema
     return schema
 
 

@@ -179,3 +179,21 @@ def test_a_declared_extra_field_must_hold_what_its_schema_says(source: str) -> N
     with pytest.raises(DecodeError) as info:
         process({"schema": {**doc["schema"], "fields": fields}, "payload": doc["payload"]})
     assert info.value.field == extra and "null in a required field" in str(info.value)
+
+
+def test_a_schemaless_source_block_is_named_by_its_own_connector() -> None:
+    """Two connectors whose source blocks have the same fields and value types: each record's
+    source schema names its own connector (the schema was cached by the field shape alone, so the
+    second took the first's name)."""
+
+    pipeline = Pipeline(create_decoder("debezium-json"), EmitOptions(prefix="cdcnorm"))
+    names = []
+    for connector in ("mysql", "postgresql", "mysql"):
+        source = {"version": "2.7.0", "connector": connector, "name": "srv", "ts_ms": 1, "db": "d", "table": "t"}
+        value = orjson.dumps({"before": None, "after": {"id": 1}, "source": source, "op": "c", "ts_ms": 2})
+        (record,) = pipeline.process(Message(value=value, topic="srv.d.t"))
+        assert record.value is not None
+        (source_field,) = [f for f in record.value["schema"]["fields"] if f["field"] == "source"]
+        names.append(source_field["name"])
+    assert names == ["io.debezium.connector.mysql.Source", "io.debezium.connector.postgresql.Source",
+                     "io.debezium.connector.mysql.Source"]
