@@ -153,14 +153,14 @@ def test_a_stale_or_partial_build_runs_the_sources(tmp_path: Path) -> None:
     code = ("import warnings\nwarnings.simplefilter('always')\nimport transforms\n"
             "from transforms.pipeline import Pipeline\nimport transforms.values as v\n"
             "print(transforms.compiled_status(), v.__file__)")
-    for env, expected in (({}, "interpreted (stale build: transforms/values.py changed since it was compiled)"),
+    for env, expected in (({INTERPRETED_ENV: ""}, "interpreted (stale build: transforms/values.py changed since it was compiled)"),
                           ({INTERPRETED_ENV: "1"}, f"interpreted ({INTERPRETED_ENV}=1)")):
         done = _run(code, {**env, "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
         assert done.returncode == 0, done.stderr[-3000:]
         assert done.stdout.strip() == f"{expected} {copied / 'values.py'}"
-        assert ("StaleBuildWarning" in done.stderr) == (not env), done.stderr
+        assert ("StaleBuildWarning" in done.stderr) == (not env[INTERPRETED_ENV]), done.stderr
     (copied / BUILD_RECORD).unlink()  # extension modules but no record: not this source's build
-    done = _run(code, {"PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
+    done = _run(code, {INTERPRETED_ENV: "", "PYTHONPATH": str(tmp_path)}, cwd=tmp_path)
     assert "interpreted (stale build: no valid compiled.json" in done.stdout, done.stdout + done.stderr
 
 
