@@ -9,6 +9,9 @@
 # Every image installs a lock file of requirements/ (pinned, with hashes; `make lock` writes them
 # from pyproject.toml), then the project with --no-deps: the way `make test` (.ci/run) installs
 # requirements/dev.txt, whose pins the image locks share (tests/deploy keeps them in step).
+# The worker's project is a wheel with the compiled modules (mypyc, transforms.compiled), built in
+# its build stage by a C compiler and requirements/build.txt in a venv of their own: neither
+# reaches the image. The sink's images run the same modules interpreted.
 # bookworm: Debian 13 (trixie) has no openjdk-17 package. The base is pinned by digest (the
 # multi-platform index of the tag), so a rebuild gets the same layers until the digest is moved on
 # purpose: `docker buildx imagetools inspect python:3.11-slim-bookworm` prints the current one
@@ -27,7 +30,7 @@ RUN python -m venv /opt/venv \
  && pip install --no-cache-dir --upgrade pip
 WORKDIR /src
 COPY requirements ./requirements
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY transforms ./transforms
 COPY service ./service
 COPY sink ./sink
@@ -35,12 +38,21 @@ COPY cdcnorm ./cdcnorm
 COPY cdcnorm_common ./cdcnorm_common
 
 FROM builder AS worker-builder
-RUN pip install --no-cache-dir --require-hashes -r requirements/worker.txt \
- && pip install --no-cache-dir --no-deps .
+# CDCNORM_COMPILE=1: the build fails rather than ship the worker without its compiled modules
+# hadolint ignore=DL3008
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends gcc libc6-dev \
+ && rm -rf /var/lib/apt/lists/* \
+ && python -m venv /opt/build \
+ && /opt/build/bin/pip install --no-cache-dir --require-hashes -r requirements/build.txt \
+ && CDCNORM_COMPILE=1 /opt/build/bin/pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /tmp/wheels . \
+ && pip install --no-cache-dir --require-hashes -r requirements/worker.txt \
+ && pip install --no-cache-dir --no-deps /tmp/wheels/cdcnorm-*.whl \
+ && python -c "import transforms; s = transforms.compiled_status(); print('transforms', s); assert s.compiled"
 
 FROM builder AS sink-builder
 RUN pip install --no-cache-dir --require-hashes -r requirements/sink.txt \
- && pip install --no-cache-dir --no-deps .
+ && CDCNORM_COMPILE=0 pip install --no-cache-dir --no-deps .
 
 # the jars the spark image adds to Spark's classpath (k8s/spark/jars.pom.xml: Iceberg's AWS bundle
 # for S3FileIO), fetched by Maven at build time and checked against k8s/spark/jars.sha256, so the

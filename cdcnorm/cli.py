@@ -86,8 +86,10 @@ def package_version() -> str:
 
 def _print_version(value: bool) -> None:
     if value:
+        from transforms.compiled import status
+
         formats = [fid for fid in DECODERS if fid != "auto"]
-        typer.echo(f"cdcnorm {package_version()} ({len(formats)} input formats + auto)")
+        typer.echo(f"cdcnorm {package_version()} ({len(formats)} input formats + auto; transforms {status()})")
         raise typer.Exit()
 
 

@@ -87,6 +87,7 @@ from service.worker_types import (
     output_message_bytes,
     output_record_bytes,
 )
+from transforms.compiled import status as compiled_status
 from transforms.decoders import Message, create_decoder
 from transforms.envelope import EmitOptions
 from transforms.errors import ConfigError, StateStoreError
@@ -618,8 +619,8 @@ def run_worker(config: PipelineConfig, *, web_port: int | None = None) -> int:
     worker.spinner = None  # no terminal spinner codes among the log lines
     quiet_library_loggers(logging.getLevelName(level))
     log.info(
-        "worker starting app_id=%s brokers=%s topics=%d web_port=%s",
-        config.worker.app_id, config.broker.bootstrap, len(config.topics), config.web.port,
+        "worker starting app_id=%s brokers=%s topics=%d web_port=%s transforms=%s",
+        config.worker.app_id, config.broker.bootstrap, len(config.topics), config.web.port, compiled_status(),
     )
     start_failure = StartFailure(lambda: state.started)
     faust_log = logging.getLogger("faust.worker")  # where Faust logs the exception a start failed with

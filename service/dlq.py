@@ -56,8 +56,9 @@ import socket
 import traceback
 from dataclasses import dataclass, replace
 from functools import cache
-from types import TracebackType
+from types import FrameType, TracebackType
 
+from transforms.compiled import is_extension
 from transforms.decoders import Message
 from transforms.errors import CdcnormError, DecodeError, TransformError
 
@@ -202,7 +203,11 @@ def task_id(app_id: str) -> str:
 
 def _frames(exc: BaseException) -> list[object]:
     """The ``self`` of each frame between where ``exc`` was caught and where it (or, for an
-    exception raised while handling another, its cause) was raised, outermost first."""
+    exception raised while handling another, its cause) was raised, outermost first.
+
+    A frame of compiled code (:mod:`transforms.compiled`) has no locals, so no ``self``: a frame
+    of a compiled decoder's module stands for that decoder (its class, as :func:`failure_stage`
+    needs no more of it), the module's other frames are the frames themselves."""
     selves: list[object] = []
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -212,10 +217,22 @@ def _frames(exc: BaseException) -> list[object]:
         while tb is not None:
             frame = tb.tb_frame
             owner = frame.f_locals.get("self")
-            selves.append(owner if owner is not None else frame)
+            selves.append(owner if owner is not None else _compiled_decoder(frame) or frame)
             tb = tb.tb_next
         current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
     return selves
+
+
+def _compiled_decoder(frame: FrameType) -> type | None:
+    """The decoder class of a frame of compiled code in a module that registers one decoder."""
+    if not is_extension(frame.f_globals.get("__file__")):
+        return None
+    from transforms.decoders import DECODERS
+
+    module = frame.f_globals.get("__name__")
+    names = {target.partition(":")[2] for target in DECODERS.values() if target.partition(":")[0] == module}
+    cls = frame.f_globals.get(names.pop()) if len(names) == 1 else None
+    return cls if isinstance(cls, type) else None
 
 
 def failure_stage(exc: BaseException) -> tuple[str, str]:
@@ -236,6 +253,8 @@ def failure_stage(exc: BaseException) -> tuple[str, str]:
     for owner in _frames(exc):
         if isinstance(owner, Decoder):
             return VALUE_CONVERTER, _class_name(type(owner))
+        if isinstance(owner, type) and issubclass(owner, Decoder):  # a compiled decoder's frame
+            return VALUE_CONVERTER, _class_name(owner)
         if isinstance(owner, ChainStep):
             return TRANSFORMATION, _class_name(type(owner.transform))
         if isinstance(owner, Transform):

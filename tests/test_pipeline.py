@@ -21,13 +21,16 @@ DELETE = (Path(__file__).parent / "data" / "canal-json" / "seed-delete.txt").rea
 BEGIN = TransactionEvent(TransactionStatus.BEGIN, "tx-1", SourceInfo("mysql"))
 
 
-class WithBoundary:
+class WithBoundary(Decoder):
     """A decoder that adds a transaction boundary before the events of the wrapped one."""
 
+    format_id = "with-boundary"
+
     def __init__(self, decoder: Decoder) -> None:
+        super().__init__()
         self.decoder = decoder
 
-    def decode_safely(self, message: Message) -> list[Event]:
+    def decode(self, message: Message) -> list[Event]:
         return [BEGIN, *self.decoder.decode_safely(message)]
 
 
@@ -56,10 +59,10 @@ def test_service_pipeline_completes_and_drops_boundaries_before_the_chain() -> N
         return events
 
     decoder = WithBoundary(create_decoder("canal-json"))
-    plain = ServicePipeline(decoder, EmitOptions(), completion=completion)  # type: ignore[arg-type]
+    plain = ServicePipeline(decoder, EmitOptions(), completion=completion)
     events = plain.events(Message(DELETE, topic="t"))
     assert completed and completed[0][0] is BEGIN, "completion runs on every decoded event"
     assert events and not any(isinstance(e, TransactionEvent) for e in events)
-    with_transactions = ServicePipeline(decoder, EmitOptions(), transactions=True)  # type: ignore[arg-type]
+    with_transactions = ServicePipeline(decoder, EmitOptions(), transactions=True)
     assert with_transactions.events(Message(DELETE, topic="t"))[0] is BEGIN
     assert len(with_transactions.events(Message(DELETE, topic="t"))) == len(events) + 1

@@ -5,6 +5,8 @@ canonical event, :mod:`transforms.decoders` for the formats and :mod:`transforms
 single-message transforms.
 """
 
+# first: decides whether the compiled modules or their sources load (transforms.compiled)
+from transforms.compiled import status as compiled_status
 from transforms.decoders import Decoder, Message, create_decoder
 from transforms.envelope import ChangeEvent, EmitOptions, Operation, OutRecord, emit
 from transforms.errors import CdcnormError, ConfigError, DecodeError
@@ -19,6 +21,7 @@ __all__ = [
     "Message",
     "Operation",
     "OutRecord",
+    "compiled_status",
     "create_decoder",
     "emit",
 ]

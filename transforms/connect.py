@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
+from transforms.frozen import reduce_frozen
 from transforms.table_budget import TableLru
 
 __all__ = [
@@ -50,28 +51,28 @@ class ConnectType(StrEnum):
 class Logical:
     """Connect and Debezium logical type names (the ``name`` of a Connect schema)."""
 
-    DECIMAL = "org.apache.kafka.connect.data.Decimal"
-    CONNECT_DATE = "org.apache.kafka.connect.data.Date"
-    CONNECT_TIME = "org.apache.kafka.connect.data.Time"
-    CONNECT_TIMESTAMP = "org.apache.kafka.connect.data.Timestamp"
-    DATE = "io.debezium.time.Date"
-    TIME = "io.debezium.time.Time"
-    MICRO_TIME = "io.debezium.time.MicroTime"
-    NANO_TIME = "io.debezium.time.NanoTime"
-    ZONED_TIME = "io.debezium.time.ZonedTime"
-    TIMESTAMP = "io.debezium.time.Timestamp"
-    MICRO_TIMESTAMP = "io.debezium.time.MicroTimestamp"
-    NANO_TIMESTAMP = "io.debezium.time.NanoTimestamp"
-    ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
-    YEAR = "io.debezium.time.Year"
-    VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
-    JSON = "io.debezium.data.Json"
-    XML = "io.debezium.data.Xml"
-    UUID = "io.debezium.data.Uuid"
-    ENUM = "io.debezium.data.Enum"
-    ENUM_SET = "io.debezium.data.EnumSet"
-    BITS = "io.debezium.data.Bits"
-    GEOMETRY = "io.debezium.data.geometry.Geometry"
+    DECIMAL: Final = "org.apache.kafka.connect.data.Decimal"
+    CONNECT_DATE: Final = "org.apache.kafka.connect.data.Date"
+    CONNECT_TIME: Final = "org.apache.kafka.connect.data.Time"
+    CONNECT_TIMESTAMP: Final = "org.apache.kafka.connect.data.Timestamp"
+    DATE: Final = "io.debezium.time.Date"
+    TIME: Final = "io.debezium.time.Time"
+    MICRO_TIME: Final = "io.debezium.time.MicroTime"
+    NANO_TIME: Final = "io.debezium.time.NanoTime"
+    ZONED_TIME: Final = "io.debezium.time.ZonedTime"
+    TIMESTAMP: Final = "io.debezium.time.Timestamp"
+    MICRO_TIMESTAMP: Final = "io.debezium.time.MicroTimestamp"
+    NANO_TIMESTAMP: Final = "io.debezium.time.NanoTimestamp"
+    ZONED_TIMESTAMP: Final = "io.debezium.time.ZonedTimestamp"
+    YEAR: Final = "io.debezium.time.Year"
+    VARIABLE_SCALE_DECIMAL: Final = "io.debezium.data.VariableScaleDecimal"
+    JSON: Final = "io.debezium.data.Json"
+    XML: Final = "io.debezium.data.Xml"
+    UUID: Final = "io.debezium.data.Uuid"
+    ENUM: Final = "io.debezium.data.Enum"
+    ENUM_SET: Final = "io.debezium.data.EnumSet"
+    BITS: Final = "io.debezium.data.Bits"
+    GEOMETRY: Final = "io.debezium.data.geometry.Geometry"
 
 
 class DecimalHandlingMode(StrEnum):
@@ -109,6 +110,9 @@ class Column:
     items: Column | None = None
     source_type: str | None = None
     meta: tuple[tuple[str, str], ...] = ()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)
 
     @staticmethod
     def decimal(
@@ -183,6 +187,9 @@ class TableSchema:
     key: tuple[str, ...] = ()
     topic_namespace: str | None = None
     _index: dict[str, int] = field(default_factory=dict, compare=False, hash=False, repr=False)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)
 
     def __post_init__(self) -> None:
         self._index.update({c.name: i for i, c in enumerate(self.columns)})

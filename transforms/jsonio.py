@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from transforms.errors import DecodeError
+from transforms.errors import DecodeError, caused_by
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -169,7 +169,7 @@ def loads_limited(
     try:
         value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise JsonLimitError(f"invalid JSON: {exc}") from exc
+        raise caused_by(JsonLimitError(f"invalid JSON: {exc}"), exc) from exc
     if not isinstance(value, dict | list):
         return value
     # orjson itself refuses nesting beyond 1024; look at the document only when it could be
@@ -184,8 +184,8 @@ def loads_limited(
         return value
     try:
         check_depth(value, max_depth)
-    except ValueError as exc:
-        raise JsonLimitError(str(exc)) from exc
+    except ValueError as too_deep:
+        raise caused_by(JsonLimitError(str(too_deep)), too_deep) from too_deep
     return value
 
 
@@ -204,7 +204,7 @@ def loads_object(
     try:
         value = loads_limited(data, max_bytes=max_bytes, max_depth=max_depth, what="message")
     except JsonLimitError as exc:
-        raise DecodeError(format_id, None, str(exc), data) from exc
+        raise caused_by(DecodeError(format_id, None, str(exc), data), exc) from exc
     if not isinstance(value, dict):
         raise DecodeError(format_id, None, f"expected a JSON object, found {type(value).__name__}", data)
     return value

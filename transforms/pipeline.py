@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from mypy_extensions import mypyc_attr
+
 from transforms.decoders import Decoder, Message
 from transforms.envelope import ChangeEvent, EmitOptions, Event, OutRecord, emit
 from transforms.errors import DecodeError
@@ -22,6 +24,7 @@ class Processed:
     row_errors: list[DecodeError]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the worker's ServicePipeline
 class Pipeline:
     """Runs one message through a decoder, optional key overrides, a chain, and the emitter.
 

@@ -44,7 +44,7 @@ MIN_TABLE_BUDGET = 1
 _budget = [DEFAULT_TABLE_BUDGET]
 
 
-def set_table_budget(columns: int) -> None:
+def set_table_budget(columns: object) -> None:
     """Bound every per-table cache of this process by ``columns`` (see the module doc)."""
     if isinstance(columns, bool) or not isinstance(columns, int) or columns < MIN_TABLE_BUDGET:
         raise ValueError(

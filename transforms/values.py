@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from transforms.connect import Column, ConnectType, DecimalHandlingMode, Logical
+from transforms.errors import caused_by
 
 __all__ = [
     "EPOCH",
@@ -135,7 +136,7 @@ def parse_datetime(text: str) -> dt.datetime:
             int(year), int(month), int(day), int(hh or 0), int(mm or 0), int(ss or 0), micro, _tz(zone)
         )
     except ValueError as exc:
-        raise CoercionError(f"invalid date/time {text!r}: {exc}") from exc
+        raise caused_by(CoercionError(f"invalid date/time {text!r}: {exc}"), exc) from exc
 
 
 def parse_time(text: str) -> dt.timedelta:
@@ -475,7 +476,7 @@ def b64decode(text: str) -> bytes:
     try:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise CoercionError(f"expected base64, found {text[:40]!r}") from exc
+        raise caused_by(CoercionError(f"expected base64, found {text[:40]!r}"), exc) from exc
 
 
 def _plain(value: Decimal) -> str:
@@ -513,7 +514,7 @@ def float32_json(value: Any) -> float:
     try:
         single = _F32.unpack(_F32.pack(float(value)))[0]
     except (OverflowError, TypeError, ValueError) as exc:
-        raise CoercionError(f"{value!r} does not fit a 32-bit float") from exc
+        raise caused_by(CoercionError(f"{value!r} does not fit a 32-bit float"), exc) from exc
     if single != single or single in (math.inf, -math.inf):
         return single
     for digits in range(6, 10):

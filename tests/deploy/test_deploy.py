@@ -14,8 +14,10 @@ Nothing here needs a cluster, a Docker engine or the network:
 * ``hadolint`` finds no error in the Dockerfile; each image target (worker, sink, spark, broker)
   installs one lock file of ``requirements/`` and then the project with ``--no-deps``, the way
   ``make test`` (run by ``.ci/run``) installs ``requirements/dev.txt``; the image locks pin the
-  versions CI tests; the worker image has no pyspark and no Java; every pod runs in the image that
-  has its program; the build context holds everything ``pip install .`` needs;
+  versions CI tests; the worker image has no pyspark and no Java, and its project is the wheel
+  with the compiled modules, built in a venv of its own from ``requirements/build.txt``; every pod
+  runs in the image that has its program; the build context holds everything ``pip install .``
+  needs;
 * the lock files pin what ``pyproject.toml`` asks for, within its specifiers, with hashes
   (offline; ``make lock-check`` recompiles them against the index).
 
@@ -1008,19 +1010,27 @@ class PipInstall:
     constraints: tuple[str, ...]
     requirements: tuple[str, ...]
     flags: frozenset[str] = frozenset()
+    pip: str = "pip"
+    """The pip that runs (``/opt/build/bin/pip``: the worker's build venv, :data:`BUILD_VENV`)."""
 
     @property
     def project_extras(self) -> frozenset[str] | None:
-        """The extras of the project (``.`` / ``.[a,b]``) when this installs it, else None."""
+        """The extras of the project (``.`` / ``.[a,b]``, or its wheel) when this installs it, else None."""
         for target in self.targets:
-            match = re.fullmatch(r"\./?(?:\[([^\]]*)\])?", target)
+            match = re.fullmatch(_PROJECT, target)
             if match:
                 return frozenset(e.strip() for e in (match.group(1) or "").split(",") if e.strip())
         return None
 
     @property
     def others(self) -> frozenset[str]:
-        return frozenset(t for t in self.targets if not re.fullmatch(r"\./?(?:\[[^\]]*\])?", t))
+        return frozenset(t for t in self.targets if not re.fullmatch(_PROJECT, t))
+
+
+# the project: its source tree, or the wheel the worker's build stage makes of it
+_PROJECT = r"\./?(?:\[([^\]]*)\])?|/tmp/wheels/cdcnorm-\*\.whl"
+BUILD_VENV = "/opt/build/"
+BUILD_LOCK = "requirements/build.txt"
 
 
 _VALUE_FLAGS = {
@@ -1070,7 +1080,7 @@ def parse_pip_installs(command: str, where: str) -> list[PipInstall]:
                     targets.append(arg)
                 j += 1
             out.append(PipInstall(where, tuple(targets), editable, tuple(sorted(constraints)), tuple(sorted(requirements)),
-                                  frozenset(flags)))
+                                  frozenset(flags), word if is_pip else " ".join(words[max(i - 1, 0) : i + 3])))
             break
     return out
 
@@ -1135,14 +1145,15 @@ def ci_installs() -> list[PipInstall]:
     return installs
 
 
-def docker_installs(target: str | None = None) -> list[PipInstall]:
-    """The pip installs of the Dockerfile, or of the stages that make the image ``target``."""
+def docker_installs(target: str | None = None, build_venv: bool = False) -> list[PipInstall]:
+    """The pip installs of the Dockerfile, or of the stages that make the image ``target``: into
+    the image's venv, or (``build_venv``) into the venv that builds the compiled modules."""
     wanted = target_stages(target) if target else stages()
     installs: list[PipInstall] = []
     for ins in dockerfile():
         if ins.keyword == "RUN" and ins.stage in wanted:
             installs += parse_pip_installs(ins.args, f"Dockerfile ({ins.stage})")
-    return installs
+    return [i for i in installs if i.pip.startswith(BUILD_VENV) == build_venv]
 
 
 def readme_installs() -> list[PipInstall]:
@@ -1337,6 +1348,29 @@ def test_worker_image_has_no_spark_and_no_java() -> None:
     assert lock(path).extras == ["service"]
 
 
+def test_the_worker_image_runs_the_compiled_modules() -> None:
+    """The worker's build stage makes the project's wheel with the compiled modules (setup.py): a C
+    compiler and the build lock in a venv of their own, and CDCNORM_COMPILE=1, so no wheel without
+    them; the image's venv gets the worker lock and that wheel, never the compiler nor mypy. The
+    sink's images install the project interpreted (CDCNORM_COMPILE=0)."""
+    build = docker_installs("worker", build_venv=True)
+    assert [i.requirements for i in build] == [(BUILD_LOCK,)], f"the build venv installs {BUILD_LOCK} alone: {build}"
+    assert "--require-hashes" in build[0].flags
+    assert lock(BUILD_LOCK).extras == ["build"] and {"mypy", "setuptools"} <= set(lock(BUILD_LOCK).pins)
+    runs = [i.args for stage in target_stages("worker") for i in dockerfile() if i.stage == stage and i.keyword == "RUN"]
+    (wheel,) = [run for run in runs if f"{BUILD_VENV}bin/pip wheel" in run]
+    assert "CDCNORM_COMPILE=1" in wheel and "--no-build-isolation" in wheel and "gcc" in wheel
+    (project,) = [i for i in docker_installs("worker") if i.project_extras is not None]
+    assert project.targets == ("/tmp/wheels/cdcnorm-*.whl",), project
+    assert "assert s.compiled" in wheel, "the build checks that the installed wheel runs compiled"
+    runtime = [i.args for i in dockerfile() if i.stage == "worker" and i.keyword == "COPY"]
+    assert not any(BUILD_VENV.rstrip("/") in c or "/tmp/wheels" in c for c in runtime), "only /opt/venv reaches the image"
+    for target in ("sink", "spark"):
+        runs = [i.args for stage in target_stages(target) for i in dockerfile() if i.stage == stage and i.keyword == "RUN"]
+        assert any("CDCNORM_COMPILE=0 pip install" in run for run in runs), f"{target}: the project goes in interpreted"
+        assert not docker_installs(target, build_venv=True), f"{target}: no build venv"
+
+
 def test_readme_installs_name_real_extras() -> None:
     extras = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"])
     for readme in readme_installs():
@@ -1403,7 +1437,7 @@ def test_build_context_holds_what_pip_install_needs(tmp_path: Path) -> None:
     ]
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     include = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
-    needed = {"pyproject.toml", pyproject["project"]["readme"], "requirements", *(p.rstrip("*") for p in include)}
+    needed = {"pyproject.toml", "setup.py", pyproject["project"]["readme"], "requirements", *(p.rstrip("*") for p in include)}
     copies = {source: dest for stage, dest, source in dockerfile_copies() if stage == "builder"}
     workdir = next(i.args for i in dockerfile() if i.stage == "builder" and i.keyword == "WORKDIR")
     assert needed <= copies.keys(), f"the builder stage does not COPY {sorted(needed - copies.keys())}"
@@ -1413,8 +1447,8 @@ def test_build_context_holds_what_pip_install_needs(tmp_path: Path) -> None:
         assert files, f"{stage}: COPY {source} copies nothing"
         for file in files:
             rel = file.relative_to(ROOT).as_posix()
-            if "__pycache__" in rel:
-                continue
+            if "__pycache__" in rel or rel.endswith(".so") or rel == "transforms/compiled.json":
+                continue  # what `make` builds in place stays out: the image builds its own
             assert not _dockerignore_excludes(rel, patterns), f".dockerignore drops {rel}, which the Dockerfile copies"
             if stage == "builder":
                 inside = Path(dest.removeprefix("./")) / file.relative_to(ROOT / source) if file != ROOT / source else Path(dest.removeprefix("./"))
@@ -1432,7 +1466,8 @@ def test_build_context_holds_what_pip_install_needs(tmp_path: Path) -> None:
             there = {p.relative_to(context_root) for p in (context_root / package).glob(pattern)}
             assert here <= there, f"package data {package}/{pattern} missing from the image: {sorted(here - there)[:5]}"
     # tests, benchmarks and local state stay out of the context
-    for path in ("tests/deploy/test_deploy.py", ".venv/bin/python", "bench", ".git/HEAD"):
+    for path in ("tests/deploy/test_deploy.py", ".venv/bin/python", "bench", ".git/HEAD", "transforms/compiled.json",
+                 "transforms/values.cpython-311-x86_64-linux-gnu.so", "cdcnorm__mypyc.cpython-311-x86_64-linux-gnu.so"):
         assert _dockerignore_excludes(path, patterns), f".dockerignore lets {path} into the build context"
 
 

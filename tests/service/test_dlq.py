@@ -123,15 +123,13 @@ def test_a_failing_predicate_or_transform_bug_is_the_transformation_stage(monkey
     assert h[ERROR_CLASS] == b"builtins.RuntimeError"
 
 
-def test_writing_the_canonical_record_is_the_converter_stage(monkeypatch: pytest.MonkeyPatch) -> None:
-    import transforms.envelope
-
-    def broken(*args: Any) -> Any:
-        raise DecodeError("emit", None, "cannot write")
-
-    monkeypatch.setattr(transforms.envelope, "_emit_change", broken)
-    h = dict(dead_letter_of(normalizer(), CANAL_INSERT)[3])
+def test_writing_the_canonical_record_is_the_converter_stage() -> None:
+    # the decoder takes a null key column; the emitter refuses it (a Connect key field is never optional)
+    row = {"id": None, "name": "a", "email": "a@x"}
+    null_key = orjson.dumps({**orjson.loads(CANAL_INSERT), "data": [row]})
+    h = dict(dead_letter_of(normalizer(), null_key)[3])
     assert (h[ERROR_STAGE], h[ERROR_EXECUTING_CLASS]) == (b"VALUE_CONVERTER", b"transforms.envelope.emit")
+    assert h[ERROR_CLASS] == b"transforms.envelope.RequiredColumnError"
 
 
 def test_other_failures_are_the_task_stage(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,10 +30,11 @@ from decimal import Decimal
 from typing import Any, ClassVar, TypeVar, final, overload
 
 import orjson
+from mypy_extensions import mypyc_attr
 
 from transforms.connect import Column, ConnectType
 from transforms.envelope import Event
-from transforms.errors import CdcnormError, DecodeError
+from transforms.errors import CdcnormError, DecodeError, caused_by
 from transforms.jsonio import JsonLimitError, loads_limited, loads_object
 from transforms.metadata import InMemoryMetadataStore, MetadataStore
 from transforms.options import FormatOptions
@@ -190,10 +191,12 @@ def coerce_checked(col: Column, raw: Any) -> Any:
     except CoercionError:
         raise
     except (ArithmeticError, ValueError, orjson.JSONEncodeError) as exc:  # inf, out-of-range dates, ...
-        raise CoercionError(f"value out of range for {col.type.value}: {raw!r:.60} ({exc})") from exc
+        error = CoercionError(f"value out of range for {col.type.value}: {raw!r:.60} ({exc})")
+        raise caused_by(error, exc) from exc
     return check_value(col, value)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # the decoders that stay interpreted
 class Decoder(ABC):
     """Decodes the messages of one format into canonical events.
 
@@ -242,7 +245,8 @@ class Decoder(ABC):
         except CdcnormError:
             raise
         except Exception as exc:
-            raise self.error(None, f"unexpected {type(exc).__name__}: {exc}", message.value) from exc
+            error = self.error(None, f"unexpected {type(exc).__name__}: {exc}", message.value)
+            raise caused_by(error, exc) from exc
 
     @final
     def decode_safely(self, message: Message) -> list[Event]:
@@ -289,14 +293,14 @@ class Decoder(ABC):
                 what=f"JSON text in {field}",
             )
         except JsonLimitError as exc:
-            raise self.error(field, str(exc), payload) from exc
+            raise caused_by(self.error(field, str(exc), payload), exc) from exc
 
     def coerce(self, col: Column, raw: Any, field: str, payload: bytes | str | None = None) -> Any:
         """:func:`coerce_checked` with failures turned into a DecodeError naming the field."""
         try:
             return coerce_checked(col, raw)
         except CoercionError as exc:
-            raise self.error(field, str(exc), payload) from exc
+            raise caused_by(self.error(field, str(exc), payload), exc) from exc
 
     def typed_row(
         self,

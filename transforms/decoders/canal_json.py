@@ -44,13 +44,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, TypeVar, cast
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from pydantic import Field, field_validator
+from zoneinfo import ZoneInfo
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import Decoded, Decoder, Message
 from transforms.decoders.cache import TableCache, TableLru
+from transforms.decoders.canal_json_options import CanalJsonOptions
 from transforms.decoders.fields import (
     INT64_MAX,
     INT64_MIN,
@@ -61,7 +60,6 @@ from transforms.decoders.fields import (
 )
 from transforms.decoders.mysql_types import (
     BigintUnsignedHandlingMode,
-    MySqlTypeOptions,
     column_for_mysql_type,
     wrap_unsigned_bigint,
 )
@@ -74,36 +72,13 @@ from transforms.envelope import (
     SnapshotMarker,
     SourceInfo,
 )
-from transforms.errors import DecodeError
+from transforms.errors import DecodeError, caused_by
+from transforms.frozen import reduce_frozen
 from transforms.metadata import MetadataStore
 from transforms.options import FormatOptions
 from transforms.values import CoercionError, infer_column, parse_datetime
 
 __all__ = ["BigintUnsignedHandlingMode", "CanalJsonDecoder", "CanalJsonOptions", "column_for_type"]
-
-
-class CanalJsonOptions(MySqlTypeOptions):
-    """Options of the ``canal-json`` format (``bigint.unsigned.handling.mode`` as every MySQL-typed format)."""
-
-    timestamp_zone: str = Field(
-        "UTC",
-        alias="timestamp.zone",
-        description="Time zone in which Canal rendered MySQL TIMESTAMP values (an IANA name).",
-    )
-    default_table: str | None = Field(
-        None,
-        alias="default.table",
-        description="'db.table' (or 'table') for messages without database/table; else the topic name is the table.",
-    )
-
-    @field_validator("timestamp_zone")
-    @classmethod
-    def _known_zone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
-            raise ValueError(f"unknown time zone {value!r}") from exc
-        return value
 
 
 _OPS = {
@@ -237,6 +212,9 @@ class _Shape:
     typed: frozenset[str]
     untyped: tuple[tuple[str, Any], ...]
     schema: TableSchema
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)
 
 
 def _is_zero_date(raw: Any) -> bool:
@@ -505,7 +483,7 @@ class CanalJsonDecoder(Decoder):
             try:
                 col = column_for_type(name, mysql_types.get(name), sql_types.get(name), mode)
             except ValueError as exc:
-                raise self.error(f"mysqlType.{name}", str(exc), raw) from exc
+                raise caused_by(self.error(f"mysqlType.{name}", str(exc), raw), exc) from exc
             if col is None:
                 sample = next((row[name] for row in rows if row.get(name) is not None), None)
                 col = infer_column(name, sample)
@@ -554,9 +532,10 @@ class CanalJsonDecoder(Decoder):
                 # known by its sqlType only, a JSON number): wrapped as Debezium's long mode does
                 value = wrap_unsigned_bigint(value)
         except CoercionError as exc:
-            raise self.error(field, str(exc), raw) from exc
-        except (ArithmeticError, ValueError) as exc:  # a year beyond C long, an offset past year 1 ...
-            raise self.error(field, f"value {value!r:.60} is out of range: {exc}", raw) from exc
+            raise caused_by(self.error(field, str(exc), raw), exc) from exc
+        except (ArithmeticError, ValueError) as bad:  # a year beyond C long, an offset past year 1 ...
+            error = self.error(field, f"value {value!r:.60} is out of range: {bad}", raw)
+            raise caused_by(error, bad) from bad
         return self.coerce(col, value, field, raw)
 
     def _ddl(
@@ -621,7 +600,8 @@ def _latin1(value: Any) -> bytes:
     try:
         return value.encode("latin-1")
     except UnicodeEncodeError as exc:
-        raise CoercionError(f"expected binary data as a latin-1 string, found {value[:40]!r}") from exc
+        error = CoercionError(f"expected binary data as a latin-1 string, found {value[:40]!r}")
+        raise caused_by(error, exc) from exc
 
 
 def _geometry(value: Any) -> dict[str, Any]:

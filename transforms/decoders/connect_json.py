@@ -84,6 +84,8 @@ from transforms.envelope import (
     source_field_type,
     source_field_value,
 )
+from transforms.errors import caused_by
+from transforms.frozen import reduce_frozen
 from transforms.metadata import MetadataStore
 from transforms.table_budget import text_columns
 from transforms.values import UNAVAILABLE, CoercionError
@@ -131,6 +133,9 @@ class _EnvelopeSchema:
     """The connector's own envelope layout (readers of Debezium input only)."""
     base_name: str | None = None
     """The envelope schema's name without ``.Envelope`` (``<prefix>.<namespace>.<table>``)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)
 
 
 _SCHEMALESS = _EnvelopeSchema(None, {})
@@ -462,9 +467,9 @@ class ConnectEnvelopeReader:
                 if isinstance(transaction_schema, dict)
                 else None,
             )
-            name = schema.get("name")
-            if isinstance(name, str) and name.endswith(".Envelope"):
-                base_name = name[: -len(".Envelope")]
+            envelope_name = schema.get("name")
+            if isinstance(envelope_name, str) and envelope_name.endswith(".Envelope"):
+                base_name = envelope_name[: -len(".Envelope")]
         return _EnvelopeSchema(layout, self._source_fields(fields.get("source")), native, base_name)
 
     def _native_source(
@@ -561,7 +566,8 @@ class ConnectEnvelopeReader:
             try:
                 doc = self.limits.loads(raw, field)
             except FieldError as exc:
-                raise FieldError(field, f"expected an object or a JSON document string: {exc.reason}") from exc
+                error = FieldError(field, f"expected an object or a JSON document string: {exc.reason}")
+                raise caused_by(error, exc) from exc
             if not isinstance(doc, dict):
                 raise FieldError(field, f"expected a JSON object document, found {type_name(doc)}")
             return {k: from_extended_json(v) for k, v in doc.items()}

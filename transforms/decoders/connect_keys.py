@@ -34,6 +34,8 @@ from transforms.decoders.rowplan import FastConverter
 from transforms.envelope import (
     Event,
 )
+from transforms.errors import caused_by
+from transforms.frozen import reduce_frozen
 from transforms.jsonio import JsonLimitError, loads_limited
 from transforms.values import CoercionError, infer_column
 
@@ -52,6 +54,9 @@ class TableName:
     db: str | None
     schema: str | None
     table: str | None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)
 
 
 class TopicTables:
@@ -80,6 +85,9 @@ class EnvelopeKey:
 
     columns: tuple[Column, ...]
     values: Mapping[str, Any] | None = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -119,7 +127,7 @@ def parse_json_key(
     try:
         doc = loads_limited(raw, max_bytes=limits.max_bytes, max_depth=limits.max_depth, what="key")
     except JsonLimitError as exc:
-        raise FieldError("key", f"invalid JSON key: {exc}") from exc
+        raise caused_by(FieldError("key", f"invalid JSON key: {exc}"), exc) from exc
     schema: Any = None
     if isinstance(doc, dict) and "payload" in doc and set(doc) <= {"schema", "payload"}:
         schema, doc = doc.get("schema"), doc.get("payload")
@@ -138,8 +146,8 @@ def parse_json_key(
         col = infer_column("_id", value)
         try:
             check_value(col, value)
-        except CoercionError as exc:
-            raise FieldError("key.id", str(exc)) from exc
+        except CoercionError as bad:
+            raise caused_by(FieldError("key.id", str(bad)), bad) from bad
         return EnvelopeKey((col.as_optional(False),), {"_id": value})
     values: dict[str, Any] = {}
     columns = []
@@ -156,8 +164,8 @@ def parse_json_key(
         except Exception:  # the full conversion decides
             try:
                 values[name] = decode_value(col, raw_value)
-            except CoercionError as exc:
-                raise FieldError(f"key.{name}", str(exc)) from exc
+            except CoercionError as bad:
+                raise caused_by(FieldError(f"key.{name}", str(bad)), bad) from bad
         columns.append(key_col)
     return EnvelopeKey(tuple(columns), values)
 
@@ -205,7 +213,7 @@ def read_connect_message(
         return _read_document(_loads_exact(value), read)
     except (FieldError, InexactNumber) as exc:
         field, reason = (exc.field, exc.reason) if isinstance(exc, FieldError) else (None, "inexact decimal number")
-        raise decoder.error(field, reason, value) from exc
+        raise caused_by(decoder.error(field, reason, value), exc) from exc
 
 
 def _read_document(doc: Any, read: Callable[[Any, dict[str, Any]], list[Event]]) -> list[Event]:

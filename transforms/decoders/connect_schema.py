@@ -15,6 +15,8 @@ from transforms.connect import Column, ConnectType, Logical
 from transforms.decoders.base import check_decimal_params, type_name
 from transforms.decoders.fields import parse_int
 from transforms.decoders.schemaless_json import Inferred, infer_images
+from transforms.errors import caused_by
+from transforms.frozen import reduce_frozen
 from transforms.jsonio import DEFAULT_MAX_BYTES, DEFAULT_MAX_DEPTH, JsonLimitError, loads_limited
 
 if TYPE_CHECKING:
@@ -37,12 +39,15 @@ class JsonLimits:
     max_bytes: int = DEFAULT_MAX_BYTES
     max_depth: int = DEFAULT_MAX_DEPTH
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)
+
     def loads(self, text: str | bytes, field: str) -> Any:
         """The JSON value of ``text``; a FieldError naming ``field`` when it is invalid or too big."""
         try:
             return loads_limited(text, max_bytes=self.max_bytes, max_depth=self.max_depth, what="JSON text")
         except JsonLimitError as exc:
-            raise FieldError(field, str(exc)) from exc
+            raise caused_by(FieldError(field, str(exc)), exc) from exc
 
 
 DEFAULT_LIMITS = JsonLimits()
@@ -131,7 +136,7 @@ def _check_decimal_params(raw_params: Mapping[str, Any], where: str) -> None:
     try:
         check_decimal_params(values.get("connect.decimal.precision"), values.get("scale"))
     except ValueError as exc:
-        raise FieldError(f"{where}.parameters", str(exc)) from exc
+        raise caused_by(FieldError(f"{where}.parameters", str(exc)), exc) from exc
 
 
 def struct_field_schemas(schema: Any, where: str = "schema") -> dict[str, dict[str, Any]]:

@@ -18,6 +18,7 @@ from transforms.decoders.fields import INT64_MAX, INT64_MIN, parse_int
 from transforms.envelope import (
     SnapshotMarker,
 )
+from transforms.errors import caused_by
 from transforms.values import CoercionError
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ def _ext_date(value: Any) -> dt.datetime | str:
         try:
             return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=value)
         except OverflowError as exc:
-            raise CoercionError(f"$date {value} is out of range") from exc
+            raise caused_by(CoercionError(f"$date {value} is out of range"), exc) from exc
     if isinstance(value, str):
         return value
     raise CoercionError(f"expected a $date, found {value!r:.60}")

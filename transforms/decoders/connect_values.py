@@ -19,6 +19,7 @@ from transforms.decoders.base import check_decimal_params, check_value, coerce_c
 from transforms.decoders.connect_schema import FieldError
 from transforms.decoders.fields import INT64_MAX, INT64_MIN
 from transforms.decoders.rowplan import FastConverter, NotFast, RowPlan, fast_converter
+from transforms.errors import caused_by
 from transforms.values import UNAVAILABLE, CoercionError, decimal_from_unscaled
 
 T = TypeVar("T")
@@ -38,7 +39,7 @@ def _b64(text: str) -> bytes:
     try:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise CoercionError(f"expected base64, found {text[:40]!r}") from exc
+        raise caused_by(CoercionError(f"expected base64, found {text[:40]!r}"), exc) from exc
 
 
 def _unscaled(data: bytes, scale: int) -> Decimal:
@@ -47,7 +48,7 @@ def _unscaled(data: bytes, scale: int) -> Decimal:
     try:
         check_decimal_params(None, scale)
     except ValueError as exc:
-        raise CoercionError(str(exc)) from exc
+        raise caused_by(CoercionError(str(exc)), exc) from exc
     return decimal_from_unscaled(data, scale)
 
 
@@ -167,7 +168,7 @@ def _decode_cell(col: Column, raw: Any, field: str, _payload: bytes | str | None
     try:
         return decode_value(col, raw)
     except CoercionError as exc:
-        raise FieldError(field, f"{exc} (column type {_type_label(col)})") from exc
+        raise caused_by(FieldError(field, f"{exc} (column type {_type_label(col)})"), exc) from exc
 
 
 def _type_label(col: Column) -> str:

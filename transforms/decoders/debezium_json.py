@@ -27,8 +27,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import Field
-
 from transforms.connect import Column, ConnectType
 from transforms.decoders.base import Decoder, Message
 from transforms.decoders.connect_json import (
@@ -41,6 +39,7 @@ from transforms.decoders.connect_json import (
     position_sequence,
     read_connect_message,
 )
+from transforms.decoders.debezium_json_options import DebeziumJsonOptions
 from transforms.envelope import (
     ChangeEvent,
     Event,
@@ -63,28 +62,6 @@ _FLAT_SKIP = frozenset({"__op", "__deleted", "__source_ts_ms", "__ts_ms", *_FLAT
 _BASE_SOURCE = frozenset(
     {"version", "connector", "name", "ts_ms", "snapshot", "db", "sequence", "schema", "table"}
 )
-
-
-class DebeziumJsonOptions(FormatOptions):
-    """Options of the ``debezium-json`` format."""
-
-    key_columns: str | None = Field(
-        None,
-        alias="key.columns",
-        description="Comma-separated key columns for every table; overrides the Kafka message key.",
-    )
-    unwrapped: bool = Field(
-        False,
-        alias="unwrapped",
-        description="Accept ExtractNewRecordState flat rows (no envelope); a row is an upsert ('c') "
-        "unless __op or __deleted says otherwise.",
-    )
-    table: str | None = Field(
-        None,
-        alias="table",
-        description="db.table (or table) for values that do not name their table; "
-        "default: the last two parts of the topic name.",
-    )
 
 
 def table_fallback(option: str | None, topic: str) -> TableName:

@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from transforms.errors import caused_by
 from transforms.values import CoercionError, parse_datetime
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def epoch_millis(text: str) -> int:
     except CoercionError:
         raise
     except (OverflowError, ValueError) as exc:  # a year beyond C long, an offset past year 1 or 9999
-        raise CoercionError(f"timestamp {text!r:.60} is out of range") from exc
+        raise caused_by(CoercionError(f"timestamp {text!r:.60} is out of range"), exc) from exc
 
 
 def padded_sequence(position: str | int, width: int = 24) -> str | None:
@@ -109,7 +110,7 @@ def check_timestamp(decoder: Decoder, raw: Any, field: str, payload: bytes | str
     try:
         return epoch_millis(raw)
     except CoercionError as exc:
-        raise decoder.error(field, str(exc), payload) from exc
+        raise caused_by(decoder.error(field, str(exc), payload), exc) from exc
 
 
 def optional_str(

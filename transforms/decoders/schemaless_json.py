@@ -67,6 +67,7 @@ from transforms.decoders.base import Decoder, ValueConverter
 from transforms.decoders.cache import TableCache, TableLru
 from transforms.decoders.fields import INT64_MAX, INT64_MIN
 from transforms.decoders.rowplan import NotFast, fast_converter
+from transforms.frozen import reduce_frozen
 from transforms.metadata import MetadataStore
 from transforms.table_budget import table_budget
 from transforms.values import UNAVAILABLE, infer_column
@@ -154,6 +155,9 @@ class Inferred:
     """The union of the images' columns in first-seen order; a null-only column is a string."""
     undecided: frozenset[str]
     """The columns whose values are all null (or absent): their string type is a placeholder."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)
 
 
 def infer_images(images: Iterable[Mapping[str, Any] | None], marker_absent: bool = True) -> Inferred:
