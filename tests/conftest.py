@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.clock import Clock
+
 if TYPE_CHECKING:
     from tests.catalogs import TestCatalog
 
@@ -32,6 +34,12 @@ def pytest_report_header(config: pytest.Config) -> str:
 
     what = f"Apache Kafka {KAFKA_VERSION} (KRaft)" if TEST_BROKER == "kafka" else "Tansu (memory only)"
     return f"cdcnorm: integration tests on {what} (CDCNORM_TEST_BROKER={TEST_BROKER})"
+
+
+@pytest.fixture
+def clock() -> Clock:
+    """A clock the test moves by hand (``clock.now += ...``)."""
+    return Clock()
 
 
 @pytest.fixture

@@ -18,23 +18,11 @@ from service.health import Progress, health_report, liveness_report, startup_rep
 from service.lag import LagOffsets
 from service.output import BatchedOutput
 from service.worker_types import WorkerState
+from tests.clock import Clock
 from tests.service.test_agent import CANAL_INSERT, FakeProducer, config, normalizer, records
 
 STALL = 60.0
 TP0, TP1 = TP("src.canal", 0), TP("src.canal", 1)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 @pytest.fixture

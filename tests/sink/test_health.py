@@ -16,21 +16,9 @@ from sink.config import SinkConfig
 from sink.health import SinkHealth, serve
 from sink.plan import Partitions
 from sink.runner import BatchReport, MicroBatchSink
+from tests.clock import Clock
 
 STALL = 60.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
 
 
 @pytest.fixture
