@@ -18,6 +18,7 @@ Run: ``python -m bench.table_count [--size tiny|small|full] [--budget COLUMNS] [
 
 from __future__ import annotations
 
+import argparse
 import json
 import resource
 import subprocess
@@ -76,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=None, help="table budget in columns (default: the library's)")
     parser.add_argument("--repeats", type=int, default=None,
                         help="runs per table count, interleaved; the best rate counts (default: 1 tiny, 3 otherwise)")
-    parser.add_argument("--child", type=int, default=None, help=argparse_hidden())
+    parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
         print(json.dumps(measure(args.child, args.budget)))
@@ -106,12 +107,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         report.info(f"{tables:,} tables peak RSS", round(r["rss"] / 2**20), "MiB",
                     note=f"1 table: {one['rss'] / 2**20:,.0f} MiB")
     return report.finish(args)
-
-
-def argparse_hidden() -> str:
-    import argparse
-
-    return argparse.SUPPRESS
 
 
 if __name__ == "__main__":
