@@ -51,6 +51,18 @@ def test_any_unscaled_integer_round_trips(unscaled: int, scale: int) -> None:
     assert decimal_from_unscaled(raw, scale) == value
 
 
+@given(
+    st.decimals(allow_nan=False, allow_infinity=False, places=None),
+    st.integers(min_value=0, max_value=40),
+)
+def test_unscaled_bytes_is_the_value_rounded_half_even_at_the_scale(value: Decimal, scale: int) -> None:
+    # the exact-ratio path (no more digits than the scale) and the rounding path agree with
+    # quantizing in a context wide enough for every digit
+    ctx = decimal.Context(prec=400, rounding=decimal.ROUND_HALF_EVEN, Emax=999_999, Emin=-999_999)
+    expected = int(value.quantize(Decimal(1).scaleb(-scale), context=ctx).scaleb(scale, context=ctx))
+    assert int.from_bytes(unscaled_bytes(value, scale), "big", signed=True) == expected
+
+
 @pytest.mark.parametrize(
     "text, scale, rounded",
     [
