@@ -56,7 +56,9 @@ class ArcionKafkaDecoder(Decoder):
         self._fallback = TopicTables(_topic_table)
 
     def decode(self, message: Message) -> list[Event]:
-        return read_connect_message(self, message, lambda schema, payload: self._decode(schema, payload, message))
+        return read_connect_message(
+            self, message, lambda schema, payload: self._decode(schema, payload, message), self._reader.prefixes
+        )
 
     def _decode(self, schema: Any, payload: dict[str, Any], message: Message) -> list[Event]:
         if "op" not in payload:

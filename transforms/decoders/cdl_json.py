@@ -149,7 +149,7 @@ class CdlJsonDecoder(Decoder):
         )
 
     def decode(self, message: Message) -> list[Event]:
-        return read_connect_message(self, message, self._decode)
+        return read_connect_message(self, message, self._decode, self._reader.prefixes)
 
     # -- dispatch ----------------------------------------------------------------------
 

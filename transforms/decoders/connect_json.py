@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from transforms.connect import Column, ConnectType, DecimalHandlingMode, TableSchema, column_schema
 from transforms.decoders.base import coerce_checked, type_name
@@ -38,6 +38,7 @@ from transforms.decoders.cache import TableCache, TableLru
 from transforms.decoders.connect_keys import (
     EnvelopeKey,
     KeyColumns,
+    SchemaPrefixes,
     TableName,
     TopicTables,
     by_content,
@@ -99,6 +100,7 @@ __all__ = [
     "FieldError",
     "JsonLimits",
     "RowLayout",
+    "SchemaPrefixes",
     "TableName",
     "TopicTables",
     "by_content",
@@ -325,6 +327,14 @@ class ConnectEnvelopeReader:
             lambda _, hit: len(hit[1].columns)
         )
         self._key_schemas: TableLru[bytes, KeyColumns] = TableLru(_text_columns)
+        # the {"schema":...,"payload": openings of messages seen (read_connect_message), each
+        # with its parsed schema and the envelope decided from it (see _envelope_schema)
+        self.prefixes = SchemaPrefixes()
+        # (id of a declared NativeLayout, part) -> the part's columns; a NativeLayout is made once
+        # per envelope schema (held by its _EnvelopeSchema), each entry holds its own
+        self._native_parts: TableLru[tuple[int, str], tuple[NativeLayout, tuple[Column, ...]]] = TableLru(
+            lambda _, hit: len(hit[1])
+        )
         # the shape of schemaless images (see _image_shape) -> their layout and inferred columns
         self._shapes: TableLru[tuple[Any, ...], tuple[RowLayout, Inferred]] = TableLru(
             lambda _, hit: len(hit[0].columns)
@@ -428,6 +438,12 @@ class ConnectEnvelopeReader:
         """What an envelope schema decides (raises what :meth:`row_columns` raises for it)."""
         if not isinstance(schema, dict):
             return _SCHEMALESS
+        shared = self.prefixes.current
+        if shared is not None and shared.schema is schema:  # the schema of a known prefix: decided once
+            known = shared.envelope
+            if known is None:
+                known = shared.envelope = by_content(self._envelopes, schema, self._read_envelope_schema)
+            return cast("_EnvelopeSchema", known)
         return by_content(self._envelopes, schema, self._read_envelope_schema)
 
     def _read_envelope_schema(self, schema: Any) -> _EnvelopeSchema:
@@ -492,7 +508,7 @@ class ConnectEnvelopeReader:
             extras = {n: source_field_value(payload[n]) for n, _ in kinds}
         else:  # declared by the envelope's schema: written back as they came, so they must be what it says
             extras = {f["field"]: payload.get(f["field"]) for f in layout.extra_fields}
-            for col, field in zip(self._extra_columns(layout), layout.extra_fields, strict=True):
+            for col, field in zip(self._native_columns(layout, "extra"), layout.extra_fields, strict=True):
                 extras[field["field"]] = check_json_value(col, extras[field["field"]], field["field"])
                 # JsonConverter writes a field's default for null: a null there is not what it reads back
                 if "default" in field and extras[field["field"]] is None:
@@ -502,7 +518,7 @@ class ConnectEnvelopeReader:
                 raise FieldError("source", "a source field without a name")
             source = {name: source_field_value(value) for name, value in source.items()}
         else:  # written back as it came, so it must be what its schema says
-            members = self.struct_columns(layout.source_schema, "schema.source")
+            members = self._native_columns(layout, "source")
             source = check_json_struct(members, source, "source")  # without undeclared fields
             if not _is_native_source(source):  # as JsonConverter reads it, not a connector's block
                 return None
@@ -512,16 +528,28 @@ class ConnectEnvelopeReader:
                 if "default" in field and source.get(field["field"], 0) is None:
                     raise FieldError("source." + field["field"], "null in a field with a default")
             if layout.transaction_schema is not None:
-                column = self.struct_columns(
-                    {"type": "struct", "fields": [layout.transaction_schema]}, "schema"
-                )[0]
+                column = self._native_columns(layout, "transaction")[0]
                 # checked only: the block is written from its modeled fields (undeclared ones drop)
                 check_json_value(column, payload.get("transaction"), "transaction")
         return NativeSource(layout, source, extras)
 
-    def _extra_columns(self, layout: NativeLayout) -> tuple[Column, ...]:
-        """The columns of a native layout's extra envelope fields (``ts_us``, ``ts_ns`` ...)."""
-        return self.struct_columns({"type": "struct", "fields": list(layout.extra_fields)}, "schema")
+    def _native_columns(self, layout: NativeLayout, part: str) -> tuple[Column, ...]:
+        """The columns of a part of a declared native layout, made once per layout: ``source``
+        (its source block's members), ``extra`` (its extra envelope fields: ``ts_us``, ``ts_ns``
+        ...) or ``transaction`` (one column, its transaction block). A failure is not kept: the
+        next message raises it again, as :func:`by_content` does."""
+        ident = (id(layout), part)
+        hit = self._native_parts.get(ident)
+        if hit is not None and hit[0] is layout:
+            return hit[1]
+        if part == "source":
+            columns = self.struct_columns(layout.source_schema, "schema.source")
+        elif part == "extra":
+            columns = self.struct_columns({"type": "struct", "fields": list(layout.extra_fields)}, "schema")
+        else:
+            columns = self.struct_columns({"type": "struct", "fields": [layout.transaction_schema]}, "schema")
+        self._native_parts.put(ident, (layout, columns))
+        return columns
 
     def _topic_namespace(
         self, declared: _EnvelopeSchema, source: Mapping[str, Any], db: str | None, schema: str | None, table: str

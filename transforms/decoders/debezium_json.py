@@ -98,7 +98,9 @@ class DebeziumJsonDecoder(Decoder):
         self._fallback = TopicTables(lambda topic: table_fallback(opts.table, topic))
 
     def decode(self, message: Message) -> list[Event]:
-        return read_connect_message(self, message, lambda schema, payload: self._decode(schema, payload, message))
+        return read_connect_message(
+            self, message, lambda schema, payload: self._decode(schema, payload, message), self._reader.prefixes
+        )
 
     # -- dispatch ----------------------------------------------------------------------
 
