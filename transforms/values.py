@@ -30,10 +30,12 @@ from transforms.errors import caused_by
 __all__ = [
     "EPOCH",
     "EPOCH_DATE",
+    "EPOCH_UNITS",
     "UNAVAILABLE",
     "UNAVAILABLE_BYTES",
     "CoercionError",
     "coerce",
+    "date_from_epoch",
     "decimal_from_unscaled",
     "encoder_for",
     "encoder_passes",
@@ -42,6 +44,7 @@ __all__ = [
     "infer_column",
     "parse_datetime",
     "parse_time",
+    "timestamp_from_epoch",
     "unscaled_bytes",
 ]
 
@@ -314,13 +317,24 @@ def _to_date(raw: Any) -> dt.date:
     if isinstance(raw, dt.date):
         return raw
     if isinstance(raw, int) and not isinstance(raw, bool):
-        return EPOCH_DATE + dt.timedelta(days=raw)
+        return date_from_epoch(raw)
     if isinstance(raw, str):
         return parse_datetime(raw).date()
     raise CoercionError(f"expected a date, found {raw!r}")
 
 
-_EPOCH_UNITS = {
+def date_from_epoch(days: int) -> dt.date:
+    """The date ``days`` after 1970-01-01 (a Connect ``Date``, Debezium's ``io.debezium.time.Date``)."""
+    return EPOCH_DATE + dt.timedelta(days=days)
+
+
+def timestamp_from_epoch(units: int, per_second: int) -> dt.datetime:
+    """The naive datetime ``units`` (``per_second`` of them a second) after the epoch."""
+    seconds, rest = divmod(units, per_second)
+    return EPOCH + dt.timedelta(seconds=seconds, microseconds=rest * 1_000_000 // per_second)
+
+
+EPOCH_UNITS = {
     Logical.TIMESTAMP: 1_000,
     Logical.CONNECT_TIMESTAMP: 1_000,
     Logical.MICRO_TIMESTAMP: 1_000_000,
@@ -334,9 +348,7 @@ def _to_timestamp(raw: Any, logical: str) -> dt.datetime:
     if isinstance(raw, dt.date):
         return dt.datetime(raw.year, raw.month, raw.day)
     if isinstance(raw, int) and not isinstance(raw, bool):
-        per_second = _EPOCH_UNITS.get(logical, 1_000)
-        seconds, rest = divmod(raw, per_second)
-        return EPOCH + dt.timedelta(seconds=seconds, microseconds=rest * 1_000_000 // per_second)
+        return timestamp_from_epoch(raw, EPOCH_UNITS.get(logical, 1_000))
     if isinstance(raw, str):
         value = parse_datetime(raw)
         if logical == Logical.ZONED_TIMESTAMP and value.tzinfo is None:
@@ -402,7 +414,7 @@ def coerce(col: Column, raw: Any) -> Any:
             return _to_decimal(raw)
         if logical in (Logical.DATE, Logical.CONNECT_DATE):
             return _to_date(raw)
-        if logical in _EPOCH_UNITS or logical == Logical.ZONED_TIMESTAMP:
+        if logical in EPOCH_UNITS or logical == Logical.ZONED_TIMESTAMP:
             return _to_timestamp(raw, logical)
         if logical in _TIME_UNITS:
             return _to_time(raw, logical)
@@ -577,8 +589,8 @@ def encoder_for(col: Column, mode: DecimalHandlingMode) -> Encoder | None:
         return _guard(lambda v: _b64(unscaled_bytes(_to_decimal(v), scale)))
     if logical in (Logical.DATE, Logical.CONNECT_DATE):
         return _guard(lambda v: (_to_date(v) - EPOCH_DATE).days)
-    if logical in _EPOCH_UNITS:
-        per_second = _EPOCH_UNITS[logical]
+    if logical in EPOCH_UNITS:
+        per_second = EPOCH_UNITS[logical]
         return _guard(lambda v: _epoch_units(_to_timestamp(v, logical), per_second))
     if logical == Logical.ZONED_TIMESTAMP:
         return _guard(lambda v: _zoned(v) if isinstance(v, dt.datetime) else v, str)

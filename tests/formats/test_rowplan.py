@@ -28,6 +28,9 @@ COLUMNS = [
     Column.decimal("dv", None, None),
     Column("ts", ConnectType.INT64, logical=Logical.TIMESTAMP),
     Column("mts", ConnectType.INT64, logical=Logical.MICRO_TIMESTAMP),
+    Column("nts", ConnectType.INT64, logical=Logical.NANO_TIMESTAMP),
+    Column("cts", ConnectType.INT64, logical=Logical.CONNECT_TIMESTAMP),
+    Column("cdate", ConnectType.INT32, logical=Logical.CONNECT_DATE),
     Column("date", ConnectType.INT32, logical=Logical.DATE),
 ]
 

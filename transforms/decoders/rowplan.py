@@ -31,7 +31,7 @@ from typing import Any
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import MAX_DECIMAL_DIGITS, MAX_DECIMAL_EXPONENT
 from transforms.decoders.cache import TableLru
-from transforms.values import UNAVAILABLE, parse_datetime
+from transforms.values import EPOCH_UNITS, UNAVAILABLE, date_from_epoch, parse_datetime, timestamp_from_epoch
 
 __all__ = ["FastConverter", "NotFast", "RowPlan", "RowPlans", "decimal_converter", "fast_converter", "int_converter"]
 
@@ -110,22 +110,34 @@ def decimal_converter(raw: Any) -> Decimal:
     raise NotFast
 
 
-def _timestamp(raw: Any) -> Any:
-    if type(raw) is str:
-        return parse_datetime(raw)  # what values._to_timestamp does with a string (no zone added)
-    raise NotFast
+def _timestamp_converter(per_second: int) -> FastConverter:
+    """Timestamps as text or as epoch units (``per_second`` of them a second)."""
+
+    def convert(raw: Any) -> Any:
+        kind = type(raw)
+        if kind is str:
+            return parse_datetime(raw)  # what values._to_timestamp does with a string (no zone added)
+        if kind is int:
+            return timestamp_from_epoch(raw, per_second)  # and with an integer (Debezium's epoch units)
+        raise NotFast
+
+    return convert
 
 
 def _date(raw: Any) -> Any:
-    if type(raw) is str:
+    kind = type(raw)
+    if kind is str:
         return parse_datetime(raw).date()
+    if kind is int:
+        return date_from_epoch(raw)  # days since the epoch (Debezium's io.debezium.time.Date)
     raise NotFast
 
 
 def fast_converter(col: Column) -> FastConverter | None:
     """The fast converter equal to ``coerce_checked(col, ·)`` where it returns; None if there is none.
 
-    Covers the plain Connect types and decimals, dates and naive timestamps given as text.
+    Covers the plain Connect types and decimals, dates and naive timestamps given as text or as
+    epoch units.
     """
     logical = col.logical
     if logical is None:
@@ -142,8 +154,9 @@ def fast_converter(col: Column) -> FastConverter | None:
         return None
     if col.is_decimal:
         return decimal_converter
-    if logical in (Logical.TIMESTAMP, Logical.CONNECT_TIMESTAMP, Logical.MICRO_TIMESTAMP, Logical.NANO_TIMESTAMP):
-        return _timestamp
+    per_second = EPOCH_UNITS.get(logical)
+    if per_second is not None:  # the timestamps of Connect and Debezium (a zoned one is text)
+        return _timestamp_converter(per_second)
     if logical in (Logical.DATE, Logical.CONNECT_DATE):
         return _date
     return None
