@@ -259,6 +259,7 @@ def transform(
     key_number = 0
     expect_key = key_lines
     first_pair = key_lines
+    topic_json: dict[str, bytes] = {}  # a record's topic -> its output topic as JSON (few tables, many records)
     with _open_input(file) as stream:
         for number, raw_line in enumerate(stream, start=1):
             line = raw_line.rstrip(b"\r\n")
@@ -289,7 +290,12 @@ def transform(
             for record in processed.records:
                 # {"topic", "key", "value"[, "headers"]} from the bytes the worker produces (the
                 # same JSON as dumping the record's dicts, a shared schema spliced in)
-                parts = [b'{"topic":', orjson.dumps(output_topic(record.topic)), b',"key":',
+                topic_bytes = topic_json.get(record.topic)
+                if topic_bytes is None:
+                    if len(topic_json) >= 4096:
+                        topic_json.clear()
+                    topic_bytes = topic_json[record.topic] = orjson.dumps(output_topic(record.topic))
+                parts = [b'{"topic":', topic_bytes, b',"key":',
                          record.key_bytes() or b"null", b',"value":', record.value_bytes() or b"null"]
                 if headers and record.headers:  # as the worker produces them: name and value (UTF-8 text)
                     parts += (b',"headers":', orjson.dumps([[name, value.decode("utf-8", "backslashreplace")]

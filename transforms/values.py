@@ -167,9 +167,8 @@ def decimal_from_unscaled(raw: bytes, scale: int) -> Decimal:
     >>> decimal_from_unscaled(bytes.fromhex("12d687"), 2)
     Decimal('12345.67')
     """
-    unscaled = int.from_bytes(raw, "big", signed=True)
-    sign, digits, _ = Decimal(unscaled).as_tuple()
-    return Decimal((sign, digits, -scale))
+    # the constructor reads text exactly, whatever the context's precision
+    return Decimal(f"{int.from_bytes(raw, 'big', signed=True)}E{-scale}")
 
 
 def exact_context(value: Decimal, scale: int) -> Context:

@@ -48,7 +48,8 @@ def test_any_unscaled_integer_round_trips(unscaled: int, scale: int) -> None:
     value = Decimal(unscaled).scaleb(-scale, context=decimal.Context(prec=200))
     raw = unscaled_bytes(value, scale)
     assert int.from_bytes(raw, "big", signed=True) == unscaled
-    assert decimal_from_unscaled(raw, scale) == value
+    back = decimal_from_unscaled(raw, scale)
+    assert back == value and back.as_tuple().exponent == -scale  # the scale's digits after the point
 
 
 @given(

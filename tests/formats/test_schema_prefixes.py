@@ -120,3 +120,17 @@ def test_a_text_not_written_compact_is_parsed_whole() -> None:
     value = orjson.dumps(orjson.loads(lines()[0]), option=orjson.OPT_INDENT_2)
     pipeline, got = primed(value, value)
     assert got == fresh(value) and prefixes(pipeline).current is None
+
+
+def test_messages_of_two_schemas_interleaved_read_as_parsed_whole() -> None:
+    messages = lines()
+    other = []
+    for value in messages:  # a second table: its schema (and name) differ
+        doc = orjson.loads(value)
+        doc["schema"]["name"] = "dbserver1.inventory.others.Envelope"
+        doc["payload"]["source"]["table"] = "others"
+        other.append(orjson.dumps(doc))
+    pipeline = Pipeline(create_decoder("debezium-json"), EmitOptions(prefix="cdcnorm"))
+    for a, b in zip(messages, other, strict=True):
+        for value in (a, b, b, a):
+            assert outcome(pipeline, value) == fresh(value)

@@ -229,6 +229,7 @@ class SchemaPrefixes:
 
     def __init__(self) -> None:
         self._known: TableLru[bytes, SharedSchema] = TableLru(_prefix_columns)
+        self._last: tuple[bytes, SharedSchema] | None = None
         self.current: SharedSchema | None = None
         """The shared schema of the message :meth:`split` read last (None: it was parsed whole)."""
 
@@ -239,12 +240,18 @@ class SchemaPrefixes:
         self.current = None
         if len(value) > max_bytes or not value.startswith(_SCHEMA_OPENING) or not value.endswith(b"}"):
             return None
-        at = value.find(_PAYLOAD_MEMBER, len(_SCHEMA_OPENING))
-        if at < 0:
-            return None
-        shared = self._known.get(value[:at])
-        if shared is None or shared.schema is None:
-            return None
+        last = self._last  # the prefix of the last message split: compared, not sliced and hashed
+        if last is not None and value.startswith(last[0]) and value.startswith(_PAYLOAD_MEMBER, len(last[0])):
+            at, shared = len(last[0]), last[1]
+        else:
+            at = value.find(_PAYLOAD_MEMBER, len(_SCHEMA_OPENING))
+            if at < 0:
+                return None
+            prefix = value[:at]
+            known = self._known.get(prefix)
+            if known is None or known.schema is None:
+                return None
+            shared, self._last = known, (prefix, known)
         try:  # the document's depth is one more than its payload's (its schema was within it)
             payload = loads_limited(value[at + len(_PAYLOAD_MEMBER) : -1], max_bytes=max_bytes, max_depth=max_depth - 1)
         except JsonLimitError:
