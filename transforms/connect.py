@@ -270,12 +270,7 @@ _column_schemas: TableLru[tuple[Column, DecimalHandlingMode], dict[str, Any]] = 
 
 
 def _shared_column_schema(col: Column, decimal_mode: DecimalHandlingMode) -> dict[str, Any]:
-    key = (col, decimal_mode)
-    schema = _column_schemas.get(key)
-    if schema is None:
-        schema = column_schema(col, decimal_mode)
-        _column_schemas.put(key, schema)
-    return schema
+    return _column_schemas.get_or_make((col, decimal_mode), lambda: column_schema(col, decimal_mode))
 
 
 def struct_schema(

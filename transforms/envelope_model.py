@@ -278,11 +278,7 @@ def _encoded(schema: dict[str, Any]) -> dict[str, Any]:
 
 def _shared_list(fields: list[Any]) -> bytes:
     text = orjson.dumps(fields)
-    held = _field_lists.get(text)
-    if held is not None:
-        return held
-    _field_lists.put(text, text)
-    return text
+    return _field_lists.get_or_make(text, lambda: text)
 
 
 def _record_prefix(schema: dict[str, Any]) -> tuple[bytes, ...]:

@@ -97,6 +97,15 @@ class LruCache(Generic[K, V]):
         self._items.move_to_end(key)
         return item[0]
 
+    def get_or_make(self, key: K, make: Callable[[], V]) -> V:
+        """The value of ``key``; the first time, ``make()`` put under it (a failure puts nothing).
+        With ``make`` returning the key itself, the cache interns equal values."""
+        value = self.get(key)
+        if value is None:
+            value = make()
+            self.put(key, value)
+        return value
+
     def _limit(self) -> int | None:
         return self._max_weight
 

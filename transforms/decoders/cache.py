@@ -29,8 +29,4 @@ class TableCache:
 
     def intern(self, table: TableSchema) -> TableSchema:
         """The cached instance equal to ``table`` (``table`` itself the first time)."""
-        cached = self._tables.get(table)
-        if cached is not None:
-            return cached
-        self._tables.put(table, table)
-        return table
+        return self._tables.get_or_make(table, lambda: table)

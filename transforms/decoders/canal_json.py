@@ -447,11 +447,7 @@ class CanalJsonDecoder(Decoder):
 
     def _shared(self, part: _P) -> _P:
         """``part`` itself, or an equal one a shape of another table already holds."""
-        held = self._parts.get(part)
-        if held is not None:
-            return cast("_P", held)
-        self._parts.put(part, part)
-        return part
+        return cast("_P", self._parts.get_or_make(part, lambda: part))
 
     def _build_schema(
         self,
