@@ -216,3 +216,17 @@ def test_fast_decoder_agrees_with_decode_value(col: Column, raw: Any) -> None:
         return  # handed over: decode_value decides
     assert expected is not CoercionError, f"fast decoder took {raw!r}, which decode_value rejects"
     assert _same(got, expected), (raw, got, expected)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    data=st.one_of(st.binary(max_size=8), st.binary(min_size=395, max_size=405),
+                   st.integers(395, 405).map(lambda n: b"\x7f" + b"\xff" * (n - 1)),
+                   st.integers(395, 405).map(lambda n: b"\x80" + b"\x00" * (n - 1))),
+    scale=st.one_of(st.integers(0, 4), st.integers(995, 1001), st.integers(-3, -1)),
+)
+def test_fast_decimal_decoder_agrees_at_the_bounds(data: bytes, scale: int) -> None:
+    # the fast path skips check_value for up to 400 bytes at a scale of 0..1000: the longest
+    # values and the extreme scales give what decode_value gives, or are handed over
+    col = Column("p", ConnectType.BYTES, logical=Logical.DECIMAL, params=(("scale", str(scale)),))
+    test_fast_decoder_agrees_with_decode_value.hypothesis.inner_test(col, base64.b64encode(data).decode())  # type: ignore[attr-defined]

@@ -15,7 +15,7 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from transforms.connect import Column, ConnectType, Logical
-from transforms.decoders.base import check_decimal_params, check_value, coerce_checked
+from transforms.decoders.base import MAX_DECIMAL_EXPONENT, check_decimal_params, check_value, coerce_checked
 from transforms.decoders.connect_schema import FieldError
 from transforms.decoders.fields import INT64_MAX, INT64_MIN
 from transforms.decoders.rowplan import FastConverter, NotFast, RowPlan, fast_converter
@@ -33,6 +33,11 @@ if TYPE_CHECKING:
 
 _MAX_UNSCALED_BYTES = 512
 """Connect Decimal bytes beyond this are more digits than any decimal may have."""
+
+_WITHIN_BOUNDS_BYTES = 400
+"""Connect Decimal bytes of at most this length hold at most 964 digits (2^3200 < 10^964), so at a
+scale of 0..MAX_DECIMAL_EXPONENT the value is within check_value's bounds (at most 1000 digits,
+adjusted exponent within ±1000) and needs no check."""
 
 
 def _b64(text: str) -> bytes:
@@ -188,11 +193,16 @@ def _decimal_decoder(col: Column) -> FastConverter | None:
     except ValueError:
         return None  # decode_value reports it
 
+    within = 0 <= scale <= MAX_DECIMAL_EXPONENT
+
     def convert(raw: Any) -> Decimal:
         # _decimal tries base64 first and keeps its result when it decodes; anything else (plain
         # decimal text, numbers, a failure) is left to decode_value
         if type(raw) is str:
-            return check_value(col, _unscaled(_b64(raw), scale))
+            data = _b64(raw)
+            if within and len(data) <= _WITHIN_BOUNDS_BYTES:
+                return decimal_from_unscaled(data, scale)  # what the checks below would let through
+            return check_value(col, _unscaled(data, scale))
         raise NotFast
 
     return convert
