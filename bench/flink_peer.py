@@ -165,12 +165,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 debezium_lines(canal, files[("debezium-json", n)])
         for format_id in formats:
             runs: dict[tuple[str, int], list[Run]] = {}
-            for _ in range(args.repeats):  # rounds interleaved: both sides see the same machine
+            for round_ in range(args.repeats):  # rounds interleaved: both sides see the same machine
                 for n in (small, large):
                     path = files[(format_id, n)]
                     done = {
                         "cdcnorm": run_cdcnorm(format_id, path, work / f"ours-{format_id}-{n}.jsonl", n),
-                        "flink": run_flink(python, format_id, path, work / f"flink-{format_id}-{n}", n),
+                        # a directory per round: Flink's filesystem sink adds files to one it finds
+                        "flink": run_flink(python, format_id, path, work / f"flink-{format_id}-{n}-{round_}", n),
                     }
                     for side, run in done.items():
                         if run.records != n:
