@@ -18,7 +18,6 @@ emitted from its ``UPDATE_AFTER``, with a before-image when that message has one
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
@@ -38,7 +37,7 @@ from transforms.decoders.schemaless_json import table_schema
 from transforms.envelope import ChangeEvent, Event, Operation, SchemaChangeEvent, SourceInfo
 from transforms.metadata import MetadataStore
 from transforms.options import FormatOptions
-from transforms.values import EPOCH, CoercionError, b64decode
+from transforms.values import CoercionError, b64decode
 
 __all__ = ["AliyunJsonDecoder"]
 
@@ -288,16 +287,4 @@ def _fast_converter(col: Column) -> FastConverter | None:
     """What :meth:`AliyunJsonDecoder._value` does for a cell, where that is a plain conversion."""
     if col.type is ConnectType.BYTES:
         return _base64
-    fast = fast_converter(col)
-    if col.logical != Logical.TIMESTAMP or fast is None:
-        return fast
-    from_text = fast
-
-    def timestamp(raw: Any) -> Any:
-        """DATE columns: epoch milliseconds, as values.coerce turns them into a datetime."""
-        if type(raw) is int:
-            seconds, rest = divmod(raw, 1000)
-            return EPOCH + dt.timedelta(seconds=seconds, microseconds=rest * 1000)
-        return from_text(raw)
-
-    return timestamp
+    return fast_converter(col)  # its timestamps take epoch milliseconds too (DATE columns' values)
