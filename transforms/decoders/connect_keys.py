@@ -269,6 +269,8 @@ class SchemaPrefixes:
         if at < 0:
             return
         prefix = value[:at]
+        if self._known.get(prefix) is not None:  # known, as not a whole schema: not parsed again
+            return
         try:
             schema = orjson.loads(prefix[len(_SCHEMA_OPENING) :])
         except orjson.JSONDecodeError:  # the member name occurs inside the schema
