@@ -51,6 +51,7 @@ test: $(BUILT)
 	scripts/run-tests
 
 test-fast: $(BUILT)
+	scripts/check-deploy-tools
 	$(BIN)/pytest -q -m "not integration"
 
 lint: $(BUILT)
