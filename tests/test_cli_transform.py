@@ -246,3 +246,26 @@ def test_transform_without_config_needs_no_extra(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setitem(EXTRAS, "service", (*EXTRAS["service"], "cdcnorm_test_module_that_is_not_installed"))
     result = CliRunner().invoke(app, ["transform", "--format", "canal-json", "-"], input=NO_TABLE + b"\n")
     assert result.exit_code == 0, result.output
+
+
+def test_a_file_is_written_through_a_large_buffer_with_the_same_records_as_from_stdin(tmp_path: Path) -> None:
+    """From a file to a file the records go through a 1 MiB buffer (a 3 KB record per write()
+    through stdout's 8 KiB one made a system call every few records); the output is the one
+    stdin gives, record for record, and a bad line in the middle fails alone."""
+    from bench.typed_canal import canal_messages
+
+    lines = list(canal_messages(1_000, tables=3))
+    lines.insert(500, b"{truncated")
+    path = tmp_path / "typed.json"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with (tmp_path / "out.json").open("wb") as out:  # a file, as a user redirects stdout
+        from_file = subprocess.run([*CDCNORM, "transform", "--format", "canal-json", "--source-topic", "typed",
+                                    str(path)], stdout=out, stderr=subprocess.PIPE, cwd=ROOT, timeout=60)
+    written = (tmp_path / "out.json").read_bytes()
+    from_stdin = _run("transform", "--format", "canal-json", "--source-topic", "typed", "-", stdin=path.read_bytes())
+    assert from_file.returncode == from_stdin.returncode == 2
+    assert len(written) > 2 * (1 << 20)  # more than one buffer, and a last partial one
+    assert written == from_stdin.stdout
+    records = [orjson.loads(x) for x in written.splitlines()]
+    assert [r["key"]["payload"]["id"] for r in records] == list(range(1_000))
+    assert [orjson.loads(x)["line"] for x in from_file.stderr.splitlines() if x.startswith(b'{"line"')] == [501]
