@@ -454,3 +454,27 @@ def test_round_trip_keeps_op_images_and_absence(connect_checker: Any, change: di
         for img in (event.before, event.after):
             if img is not None:
                 assert set(img) == set(names)
+
+
+def test_a_table_schema_is_reused_only_for_the_same_types_in_the_same_order() -> None:
+    """The decoder keeps a table's schema with the message shape it came from; a message whose
+    type maps hold the same items in another order, or a ``sqlType`` code that is a boolean
+    (``True == 1``), is not taken for a known shape; the same shape gets the very same schema."""
+    decoder = create_decoder("canal-json", {})
+    row = {"data": [{"id": "1", "v": "a"}], "type": "INSERT"}
+
+    def schema(**fields: Any) -> Any:
+        (event,) = decoder.decode(msg(**row, **fields))
+        return event.table
+
+    first = schema()
+    assert schema() is first
+    swapped = schema(mysqlType={"v": "varchar(50)", "id": "bigint(20)"}, sqlType={"v": 12, "id": -5})
+    assert [c.name for c in swapped.columns] == ["v", "id"]
+    assert [c.name for c in first.columns] == ["id", "v"]
+    by_code = schema(mysqlType={}, sqlType={"id": 1, "v": 12})
+    assert schema(mysqlType={}, sqlType={"id": 1, "v": 12}) is by_code
+    with pytest.raises(DecodeError, match=r"sqlType\.id"):  # not the shape of code 1
+        schema(mysqlType={}, sqlType={"id": True, "v": 12})
+    assert schema() is first  # the first shape is still known
+    assert schema(mysqlType={"id": "bigint(20)", "v": "varchar(50)", "w": "int"}) is not first

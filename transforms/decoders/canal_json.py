@@ -170,7 +170,6 @@ def column_for_type(
     return None
 
 
-_INT_OR_NULL = frozenset({int, type(None)})
 # canal header fields kept in the source block: (canal name, source field)
 _SOURCE_FIELDS = (("id", "id"), ("gtid", "gtid"), ("serverId", "server_id"), ("logfileName", "file"), ("logfileOffset", "pos"))
 _SHAPES_PER_TABLE = 8  # a table's shapes: its columns before/after DDL, partial captures ...
@@ -215,6 +214,23 @@ class _Shape:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)
+
+
+def _ints_or_null(types: dict[str, Any]) -> bool:
+    """Whether every ``sqlType`` code is an int or null (a bool is not: ``True == 1``)."""
+    return all(code is None or type(code) is int for code in types.values())
+
+
+def _same_items(types: dict[str, Any], items: tuple[tuple[str, Any], ...]) -> bool:
+    """Whether ``types`` has ``items``, in their order (the column order is part of a shape;
+    dict equality ignores it): ``tuple(types.items()) == items`` without making the tuple."""
+    if len(types) != len(items):
+        return False
+    for i, (name, value) in enumerate(types.items()):
+        known_name, known_value = items[i]
+        if name != known_name or value != known_value:
+            return False
+    return True
 
 
 def _is_zero_date(raw: Any) -> bool:
@@ -415,16 +431,13 @@ class CanalJsonDecoder(Decoder):
         mysql = doc.get("mysqlType") or {}
         sql = doc.get("sqlType") or {}
         pk = doc.get("pkNames") or []
-        if type(mysql) is dict and type(sql) is dict and (not sql or set(map(type, sql.values())) <= _INT_OR_NULL):
-            rows = [*(data or ()), *(old or ())]
-            # items as tuples: the column order is part of the shape (dict equality ignores it)
-            mysql_items = tuple(mysql.items())
-            sql_items = tuple(sql.items())
+        if type(mysql) is dict and type(sql) is dict and _ints_or_null(sql):
+            rows = (data or []) if old is None else [*(data or ()), *old]
             shapes = self._shapes.get((db, table)) or []
             typed: frozenset[str] | None = None
             untyped: tuple[tuple[str, Any], ...] = ()
             for shape in shapes:
-                if shape.mysql == mysql_items and shape.sql == sql_items and shape.pk == pk:
+                if _same_items(mysql, shape.mysql) and _same_items(sql, shape.sql) and shape.pk == pk:
                     if typed is None or shape.typed != typed:  # shapes of one table mostly share it
                         typed = shape.typed
                         untyped = _untyped(rows, typed)
@@ -435,9 +448,10 @@ class CanalJsonDecoder(Decoder):
                 names = frozenset(mysql) | frozenset(sql)
                 if len(shapes) >= _SHAPES_PER_TABLE:
                     del shapes[0]  # the oldest
+                # items as tuples: the column order is part of the shape (dict equality ignores it)
                 mysql_items, sql_items, names = (
-                    self._shared(mysql_items),
-                    self._shared(sql_items),
+                    self._shared(tuple(mysql.items())),
+                    self._shared(tuple(sql.items())),
                     self._shared(names),
                 )
                 shapes.append(_Shape(mysql_items, sql_items, pk, names, _untyped(rows, names), schema))
