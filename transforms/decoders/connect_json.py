@@ -250,18 +250,43 @@ def check_json_struct(fields: tuple[Column, ...], value: dict[str, Any], where: 
     it back. A member the schema does not declare is dropped, as ``JsonConverter`` drops it (it
     looks each declared field up in the JSON object and ignores the rest); ``value`` itself when
     nothing changed."""
-    out: dict[str, Any] = {}
-    changed = False
+    replaced: dict[str, Any] | None = None
+    present = 0
     for col in fields:
         name = col.name
         member = value.get(name)
-        checked = check_json_value(col, member, f"{where}.{name}")
-        if name in value:
-            out[name] = checked
-            changed = changed or checked is not member
-    if changed or len(out) != len(value):
-        return {name: out[name] for name in value if name in out}  # the members it came with, in its order
-    return value
+        if not _passes_as_is(col, member):  # the full check, with the member's path for its error
+            checked = check_json_value(col, member, f"{where}.{name}")
+            if checked is not member:
+                if replaced is None:
+                    replaced = {}
+                replaced[name] = checked
+        if member is not None or name in value:
+            present += 1
+    if replaced is None and present == len(value):
+        return value
+    declared = {col.name for col in fields}
+    changes = replaced or {}
+    # the members it came with, in its order
+    return {name: changes.get(name, member) for name, member in value.items() if name in declared}
+
+
+def _passes_as_is(col: Column, value: Any) -> bool:
+    """Whether :func:`check_json_value` returns ``value`` itself (no error, nothing dropped),
+    told without a call for the scalar types; ``False`` leaves it to that function."""
+    if value is None:
+        return col.optional
+    kind = col.type
+    top = _JSON_INT_RANGES.get(kind)
+    if top is not None:
+        return type(value) is int and -top <= value < top
+    if kind is ConnectType.STRING:
+        return type(value) is str
+    if kind is ConnectType.BOOLEAN:
+        return type(value) is bool
+    if kind is ConnectType.FLOAT64 or kind is ConnectType.FLOAT32:
+        return type(value) is int or type(value) is float
+    return False
 
 
 def topic_namespace(connector: Any, db: str | None, schema: str | None) -> str | None:
@@ -524,9 +549,9 @@ class ConnectEnvelopeReader:
                 return None
             if len(source) != len(members):  # a missing optional field: JsonConverter writes it as null
                 source = {c.name: source.get(c.name) for c in members}
-            for field in layout.source_schema.get("fields", ()):  # a default: as for the extra fields above
-                if "default" in field and source.get(field["field"], 0) is None:
-                    raise FieldError("source." + field["field"], "null in a field with a default")
+            for col in self._native_columns(layout, "defaulted"):  # a default: as for the extra fields above
+                if source.get(col.name, 0) is None:
+                    raise FieldError("source." + col.name, "null in a field with a default")
             if layout.transaction_schema is not None:
                 column = self._native_columns(layout, "transaction")[0]
                 # checked only: the block is written from its modeled fields (undeclared ones drop)
@@ -535,7 +560,7 @@ class ConnectEnvelopeReader:
 
     def _native_columns(self, layout: NativeLayout, part: str) -> tuple[Column, ...]:
         """The columns of a part of a declared native layout, made once per layout: ``source``
-        (its source block's members), ``extra`` (its extra envelope fields: ``ts_us``, ``ts_ns``
+        (its source block's members), ``defaulted`` (those of them that have a default), ``extra`` (its extra envelope fields: ``ts_us``, ``ts_ns``
         ...) or ``transaction`` (one column, its transaction block). A failure is not kept: the
         next message raises it again, as :func:`by_content` does."""
         ident = (id(layout), part)
@@ -544,6 +569,10 @@ class ConnectEnvelopeReader:
             return hit[1]
         if part == "source":
             columns = self.struct_columns(layout.source_schema, "schema.source")
+        elif part == "defaulted":  # the source block's members that have a default
+            fields = layout.source_schema.get("fields", ()) if layout.source_schema is not None else ()
+            defaulted = {field["field"] for field in fields if "default" in field}
+            columns = tuple(c for c in self._native_columns(layout, "source") if c.name in defaulted)
         elif part == "extra":
             columns = self.struct_columns({"type": "struct", "fields": list(layout.extra_fields)}, "schema")
         else:
@@ -777,7 +806,8 @@ class ConnectEnvelopeReader:
 
 def _is_native_source(source: Mapping[str, Any]) -> bool:
     """Whether a source block is a Debezium connector's own (see :data:`_NATIVE_SOURCE_FIELDS`)."""
-    return _NATIVE_SOURCE_FIELDS.issubset(source) and ("table" in source or "collection" in source)
+    # not issubset(source): that makes a set of the block's names
+    return all(name in source for name in _NATIVE_SOURCE_FIELDS) and ("table" in source or "collection" in source)
 
 
 def _row_of_key(key: EnvelopeKey, values: Mapping[str, Any], layout: RowLayout) -> dict[str, Any]:
