@@ -74,6 +74,15 @@ def best(runs: Sequence[Run]) -> Run:
     return Run(runs[0].messages, runs[0].records, min(r.cpu_s for r in runs), min(r.wall_s for r in runs))
 
 
+def round_marginals(small: Sequence[Run], large: Sequence[Run]) -> list[float]:
+    """Each round's own marginal messages per CPU second (its small and large run).
+
+    >>> [round(x) for x in round_marginals([Run(10, 10, 1.0, 1.0), Run(10, 10, 1.9, 1.0)], [Run(110, 110, 2.0, 2.0)] * 2)]
+    [100, 1000]
+    """
+    return [marginal(s, large_run)[0] for s, large_run in zip(small, large, strict=True)]
+
+
 def flink_python() -> str:
     """The Flink virtualenv's python (made by scripts/ensure-flink-venv on first use)."""
     done = subprocess.run([str(ROOT / "scripts" / "ensure-flink-venv")], capture_output=True, text=True, check=False)
@@ -181,6 +190,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             flink_cpu, flink_wall = marginal(best(runs[("flink", small)]), best(runs[("flink", large)]))
             print(f"{format_id}: cdcnorm {ours_cpu:,.0f} msg/CPU-s, {ours_wall:,.0f} msg/s; "
                   f"Flink {flink_cpu:,.0f} msg/CPU-s, {flink_wall:,.0f} msg/s", flush=True)
+            for side in ("cdcnorm", "flink"):  # each round's own figure: a start-up far off shows here
+                rounds = round_marginals(runs[(side, small)], runs[(side, large)])
+                if len(rounds) > 1:
+                    text = ", ".join(f"{cpu:,.0f}" for cpu in rounds)
+                    print(f"  {side} msg/CPU-s by round: {text}", flush=True)
+                    report.info(f"{format_id} {side} msg/CPU-s by round", text, "msg/CPU-s",
+                                "a figure far from the others: a start-up that varied; see --size full")
             note = "marginal between the two sizes" + (f", best of {args.repeats}" if args.repeats > 1 else "")
             report.add(Ratio(f"{format_id} msgs per CPU second", ours_cpu, flink_cpu, "msg/CPU-s", target=TARGET,
                              baseline_name="Flink SQL", note=note))
