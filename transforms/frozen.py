@@ -3,8 +3,11 @@
 The frozen dataclasses of the compiled modules (:mod:`transforms.compiled`) define
 ``__reduce__`` as :func:`reduce_frozen`: mypyc's own ``__setstate__`` of a compiled class sets
 each attribute through the frozen ``__setattr__``, so without it ``copy.copy``,
-``copy.deepcopy`` and ``pickle.loads`` raise ``FrozenInstanceError`` on them. Interpreted, the
-outcome is the same as dataclasses' own: an equal instance.
+``copy.deepcopy`` and ``pickle.loads`` raise ``FrozenInstanceError`` on them. So do the
+dataclasses that write their ``__init__`` out (:mod:`transforms.envelope_model`): compiled, such
+a class's ``__new__`` runs that ``__init__``, so the ``cls.__new__(cls)`` that copy and pickle
+start with fails without the arguments. Interpreted, the outcome is the same as dataclasses'
+own: an equal instance.
 """
 
 from __future__ import annotations

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from mypy_extensions import mypyc_attr
 
 from transforms.decoders import Decoder, Message
 from transforms.envelope import ChangeEvent, EmitOptions, Event, OutRecord, emit
 from transforms.errors import DecodeError
+from transforms.frozen import reduce_frozen
 from transforms.smt.base import TransformChain
 
 __all__ = ["Pipeline", "Processed"]
@@ -22,6 +24,13 @@ class Processed:
 
     records: list[OutRecord]
     row_errors: list[DecodeError]
+
+    def __init__(self, records: list[OutRecord], row_errors: list[DecodeError]) -> None:
+        self.records = records  # written out: compiled (see transforms.envelope_model)
+        self.row_errors = row_errors
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # the worker's ServicePipeline

@@ -35,6 +35,7 @@ from mypy_extensions import mypyc_attr
 from transforms.connect import Column, ConnectType
 from transforms.envelope import Event
 from transforms.errors import CdcnormError, DecodeError, caused_by
+from transforms.frozen import reduce_frozen
 from transforms.jsonio import JsonLimitError, loads_limited, loads_object
 from transforms.metadata import InMemoryMetadataStore, MetadataStore
 from transforms.options import FormatOptions
@@ -85,6 +86,27 @@ class Message:
     timestamp_ms: int | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
 
+    def __init__(  # written out: compiled, where the dataclass's would be interpreted (transforms.envelope_model)
+        self,
+        value: bytes | None,
+        key: bytes | None = None,
+        topic: str = "",
+        partition: int | None = None,
+        offset: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: tuple[tuple[str, bytes], ...] = (),
+    ) -> None:
+        self.value = value
+        self.key = key
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.timestamp_ms = timestamp_ms
+        self.headers = headers
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)
+
 
 @dataclass(slots=True)
 class Decoded:
@@ -93,6 +115,13 @@ class Decoded:
 
     events: list[Event]
     row_errors: list[DecodeError] = field(default_factory=list)
+
+    def __init__(self, events: list[Event], row_errors: list[DecodeError] | None = None) -> None:
+        self.events = events  # written out: compiled (see Message)
+        self.row_errors = [] if row_errors is None else row_errors
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)
 
     def strict(self) -> list[Event]:
         """The events when every row decoded; else the first row's error is raised (all or nothing)."""
