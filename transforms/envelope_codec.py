@@ -164,6 +164,13 @@ def _with_unavailable(source_schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+def _has_unavailable(row: dict[str, Any]) -> bool:
+    """Whether a cell of ``row`` is the UNAVAILABLE placeholder (a str; not ``UNAVAILABLE in
+    row.values()``, which asks every value, a Decimal through an isinstance check of numbers'
+    ABCs in Python)."""
+    return any(type(value) is str and value == UNAVAILABLE for value in row.values())
+
+
 def source_field_value(value: Any) -> Any:
     """A format's own ``source`` field value in JSON form: scalars as they are (an integer beyond
     int64 as its text), objects and arrays as JSON text, anything else as ``str``."""
@@ -295,7 +302,7 @@ class _TableCodec:
         if row is None:
             return None, None
         missing: list[str] = []
-        if UNAVAILABLE in row.values():
+        if _has_unavailable(row):
             row = dict(row)
             marks = self.absent_marks
             for name, value in row.items():

@@ -143,3 +143,24 @@ def test_unscaled_bytes_are_minimal_as_java_writes_them(unscaled: int, hex_bytes
     sign extension (0xff80 for -128) would not survive a Connect round trip."""
     assert unscaled_bytes(Decimal(unscaled), 0).hex() == hex_bytes
     assert unscaled_bytes(Decimal(unscaled).scaleb(-2), 2).hex() == hex_bytes
+
+
+@given(st.one_of(
+    st.binary(max_size=40).map(lambda b: base64.b64encode(b).decode()),
+    st.text(alphabet="AQIBz+/=-_ \n\u00e9", max_size=12),
+))
+def test_base64_text_reads_as_the_standard_library_reads_it_strictly(text: str) -> None:
+    """b64decode and _b64 are binascii called directly (base64's own functions are Python
+    frames, per value): the same bytes as base64.b64decode(validate=True), the same refusals."""
+    from transforms.values import CoercionError, _b64, b64decode
+
+    try:
+        expected: bytes | None = base64.b64decode(text, validate=True)
+    except ValueError:  # binascii.Error, or non-ASCII text
+        expected = None
+    if expected is None:
+        with pytest.raises(CoercionError, match="expected base64"):
+            b64decode(text)
+    else:
+        assert b64decode(text) == expected
+        assert _b64(expected) == base64.b64encode(expected).decode("ascii")

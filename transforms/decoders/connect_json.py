@@ -66,7 +66,6 @@ from transforms.decoders.connect_source import (
 )
 from transforms.decoders.connect_values import (
     RowLayout,
-    _b64,
     _decode_cell,
     _image_shape,
     _not_fast,
@@ -89,7 +88,7 @@ from transforms.errors import caused_by
 from transforms.frozen import reduce_frozen
 from transforms.metadata import MetadataStore
 from transforms.table_budget import text_columns
-from transforms.values import UNAVAILABLE, CoercionError
+from transforms.values import UNAVAILABLE, CoercionError, b64decode
 
 if TYPE_CHECKING:
     pass
@@ -204,7 +203,7 @@ def check_json_value(col: Column, value: Any, where: str) -> Any:
     elif kind in (ConnectType.STRING, ConnectType.BYTES):
         ok = type(value) is str
         if ok and kind is ConnectType.BYTES:
-            _b64(value)
+            b64decode(value)
     elif kind is ConnectType.ARRAY:
         ok = type(value) is list
         if ok and col.items is not None:

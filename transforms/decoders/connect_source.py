@@ -13,13 +13,12 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from transforms.decoders.connect_schema import FieldError
-from transforms.decoders.connect_values import _b64
 from transforms.decoders.fields import INT64_MAX, INT64_MIN, parse_int
 from transforms.envelope import (
     SnapshotMarker,
 )
 from transforms.errors import caused_by
-from transforms.values import CoercionError
+from transforms.values import CoercionError, b64decode
 
 if TYPE_CHECKING:
     pass
@@ -69,7 +68,7 @@ def _extended_scalar(value: dict[str, Any]) -> Any:
             data = value["$binary"]
             text = data.get("base64") if isinstance(data, dict) else data
             if isinstance(text, str):
-                return _b64(text)
+                return b64decode(text)
     except (ValueError, TypeError, ArithmeticError):  # CoercionError is a ValueError
         return _NOT_SCALAR
     return _NOT_SCALAR

@@ -4,8 +4,6 @@ the row layouts that decode a table's rows fast (:class:`RowLayout`). Part of
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextvars
 import datetime as dt
 import json
@@ -20,7 +18,7 @@ from transforms.decoders.connect_schema import FieldError
 from transforms.decoders.fields import INT64_MAX, INT64_MIN
 from transforms.decoders.rowplan import FastConverter, NotFast, RowPlan, fast_converter
 from transforms.errors import caused_by
-from transforms.values import UNAVAILABLE, CoercionError, decimal_from_unscaled
+from transforms.values import UNAVAILABLE, CoercionError, b64decode, decimal_from_unscaled
 
 T = TypeVar("T")
 
@@ -40,13 +38,6 @@ scale of 0..MAX_DECIMAL_EXPONENT the value is within check_value's bounds (at mo
 adjusted exponent within ±1000) and needs no check."""
 
 
-def _b64(text: str) -> bytes:
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise caused_by(CoercionError(f"expected base64, found {text[:40]!r}"), exc) from exc
-
-
 def _unscaled(data: bytes, scale: int) -> Decimal:
     if len(data) > _MAX_UNSCALED_BYTES:
         raise CoercionError(f"Connect Decimal of {len(data)} bytes is beyond {_MAX_UNSCALED_BYTES}")
@@ -64,7 +55,7 @@ def _decimal(col: Column, raw: Any) -> Decimal:
         raise CoercionError(f"expected a finite decimal, found {raw!r}")
     if isinstance(raw, str):
         try:
-            return _unscaled(_b64(raw), col.scale or 0)
+            return _unscaled(b64decode(raw), col.scale or 0)
         except CoercionError:
             pass
         try:
@@ -110,7 +101,7 @@ def _variable_decimal(raw: Any) -> Decimal:
     if isinstance(raw, dict):
         scale, value = raw.get("scale"), raw.get("value")
         if isinstance(scale, int) and not isinstance(scale, bool) and isinstance(value, str):
-            return _unscaled(_b64(value), scale)
+            return _unscaled(b64decode(value), scale)
         raise CoercionError(f"expected a VariableScaleDecimal {{scale, value}}, found {raw!r}")
     return _decimal(Column("", ConnectType.BYTES, logical=Logical.DECIMAL), raw)
 
@@ -146,7 +137,7 @@ def decode_value(col: Column, raw: Any) -> Any:
             raise CoercionError("an array of required items holds a null")
         return [decode_value(items, v) for v in raw]
     if col.type is ConnectType.BYTES and isinstance(raw, str):
-        return _b64(raw)
+        return b64decode(raw)
     if col.logical == Logical.ZONED_TIMESTAMP and type(raw) is str:
         coerce_checked(col, raw)  # a valid timestamp, kept as the connector wrote it (a Connect string)
         return raw
@@ -199,7 +190,7 @@ def _decimal_decoder(col: Column) -> FastConverter | None:
         # _decimal tries base64 first and keeps its result when it decodes; anything else (plain
         # decimal text, numbers, a failure) is left to decode_value
         if type(raw) is str:
-            data = _b64(raw)
+            data = b64decode(raw)
             if within and len(data) <= _WITHIN_BOUNDS_BYTES:
                 return decimal_from_unscaled(data, scale)  # what the checks below would let through
             return check_value(col, _unscaled(data, scale))
