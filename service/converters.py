@@ -219,6 +219,10 @@ class EncodedRecord(OutRecord):
         self.encoded_key = key
         self.encoded_value = value
 
+    def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle, by this class's own arguments
+        return type(self), (OutRecord(self.topic, self.key, self.value, self.headers), self.encoded_key,
+                            self.encoded_value)
+
     def key_bytes(self) -> bytes | None:
         return self.encoded_key
 

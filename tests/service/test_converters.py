@@ -97,6 +97,18 @@ def test_json_without_schemas_writes_the_payload_alone(case: Case) -> None:
                 assert data == orjson.dumps(doc["payload"])
 
 
+def test_an_encoded_record_copies_and_pickles_with_its_bytes() -> None:
+    """OutRecord (compiled) rebuilds a copy through its constructor; the worker's subclass,
+    whose constructor differs, says how it is rebuilt."""
+    import copy
+    import pickle
+
+    record = EncodedRecord(OutRecord("t", {"id": 1}, {"v": 2}, (("h", b"1"),)), b"k", b"v")
+    for again in (copy.copy(record), copy.deepcopy(record), pickle.loads(pickle.dumps(record))):
+        assert type(again) is EncodedRecord and again == record
+        assert (again.key_bytes(), again.value_bytes(), again.headers) == (b"k", b"v", (("h", b"1"),))
+
+
 def test_key_and_value_schemas_enable_apart() -> None:
     case = next(c for c in CASES if any(r.key for r in golden_records(c)))
     config = OutputConfig.model_validate({"key.converter.schemas.enable": False})
