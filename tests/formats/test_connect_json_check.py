@@ -7,12 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from transforms.connect import Column, ConnectType
 from transforms.decoders.connect_json import check_json_struct, check_json_value
 from transforms.decoders.connect_schema import FieldError
+from transforms.values import CoercionError
 
 _TYPES = [
     ConnectType.INT8, ConnectType.INT16, ConnectType.INT32, ConnectType.INT64, ConnectType.FLOAT32,
@@ -36,6 +37,7 @@ def _reference(fields: tuple[Column, ...], value: dict[str, Any], where: str) ->
 
 
 @settings(max_examples=400, deadline=None)
+@example([("connector", ConnectType.BYTES, False)], {"connector": "x"})  # not base64: CoercionError
 @given(
     st.lists(st.tuples(st.sampled_from(_NAMES), st.sampled_from(_TYPES), st.booleans()), min_size=1, max_size=5,
              unique_by=lambda f: f[0]),
@@ -45,12 +47,12 @@ def test_a_struct_checks_as_each_member_does(declared: list[tuple[str, ConnectTy
     fields = tuple(Column(name, kind, optional) for name, kind, optional in declared)
     try:
         expected: Any = _reference(fields, value, "source")
-    except FieldError as exc:
-        expected = ("error", str(exc))
+    except (FieldError, CoercionError) as exc:  # CoercionError: a bytes member that is not base64
+        expected = ("error", type(exc), str(exc))
     try:
         got: Any = check_json_struct(fields, value, "source")
-    except FieldError as exc:
-        got = ("error", str(exc))
+    except (FieldError, CoercionError) as exc:
+        got = ("error", type(exc), str(exc))
     assert got == expected
     if got == value and not isinstance(got, tuple):
         assert list(got) == list(value)  # the order it came in
