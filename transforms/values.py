@@ -504,8 +504,8 @@ def b64decode(text: str) -> bytes:
     transforms.values.CoercionError: expected base64, found 'AQI'
     """
     try:
-        return binascii.a2b_base64(text.encode("ascii") if isinstance(text, str) else bytes(text), strict_mode=True)
-    except (binascii.Error, ValueError, TypeError) as exc:  # non-ASCII text: UnicodeEncodeError
+        return binascii.a2b_base64(text.encode("ascii") if isinstance(text, str) else text, strict_mode=True)
+    except (binascii.Error, ValueError) as exc:  # non-ASCII text: UnicodeEncodeError
         raise caused_by(CoercionError(f"expected base64, found {text[:40]!r}"), exc) from exc
 
 
