@@ -193,16 +193,12 @@ def check_json_value(col: Column, value: Any, where: str) -> Any:
             raise FieldError(where, "null in a required field")
         return value
     kind = col.type
-    top = _JSON_INT_RANGES.get(kind)
-    if top is not None:
-        ok = type(value) is int and -top <= value < top
-    elif kind in (ConnectType.FLOAT32, ConnectType.FLOAT64):
-        ok = type(value) in (int, float)
-    elif kind is ConnectType.BOOLEAN:
-        ok = type(value) is bool
-    elif kind in (ConnectType.STRING, ConnectType.BYTES):
+    scalar = _scalar_ok(kind, value)
+    if scalar is not None:
+        ok = scalar
+    elif kind is ConnectType.BYTES:
         ok = type(value) is str
-        if ok and kind is ConnectType.BYTES:
+        if ok:
             b64decode(value)
     elif kind is ConnectType.ARRAY:
         ok = type(value) is list
@@ -270,12 +266,9 @@ def check_json_struct(fields: tuple[Column, ...], value: dict[str, Any], where: 
     return {name: changes.get(name, member) for name, member in value.items() if name in declared}
 
 
-def _passes_as_is(col: Column, value: Any) -> bool:
-    """Whether :func:`check_json_value` returns ``value`` itself (no error, nothing dropped),
-    told without a call for the scalar types; ``False`` leaves it to that function."""
-    if value is None:
-        return col.optional
-    kind = col.type
+def _scalar_ok(kind: ConnectType, value: Any) -> bool | None:
+    """Whether a non-null ``value`` is JSON of the scalar type ``kind`` (integers within its range,
+    floats, booleans, strings); ``None`` for the other types (bytes, arrays, structs, maps)."""
     top = _JSON_INT_RANGES.get(kind)
     if top is not None:
         return type(value) is int and -top <= value < top
@@ -285,7 +278,15 @@ def _passes_as_is(col: Column, value: Any) -> bool:
         return type(value) is bool
     if kind is ConnectType.FLOAT64 or kind is ConnectType.FLOAT32:
         return type(value) is int or type(value) is float
-    return False
+    return None
+
+
+def _passes_as_is(col: Column, value: Any) -> bool:
+    """Whether :func:`check_json_value` returns ``value`` itself (no error, nothing dropped),
+    told without a call for the scalar types; ``False`` leaves it to that function."""
+    if value is None:
+        return col.optional
+    return _scalar_ok(col.type, value) is True
 
 
 def topic_namespace(connector: Any, db: str | None, schema: str | None) -> str | None:
@@ -559,8 +560,9 @@ class ConnectEnvelopeReader:
 
     def _native_columns(self, layout: NativeLayout, part: str) -> tuple[Column, ...]:
         """The columns of a part of a declared native layout, made once per layout: ``source``
-        (its source block's members), ``defaulted`` (those of them that have a default), ``extra`` (its extra envelope fields: ``ts_us``, ``ts_ns``
-        ...) or ``transaction`` (one column, its transaction block). A failure is not kept: the
+        (its source block's members), ``defaulted`` (those of them that have a default),
+        ``extra`` (its extra envelope fields: ``ts_us``, ``ts_ns`` ...) or ``transaction`` (one
+        column, its transaction block). A failure is not kept: the
         next message raises it again, as :func:`by_content` does."""
         ident = (id(layout), part)
         hit = self._native_parts.get(ident)
