@@ -56,7 +56,7 @@ from typing import Any
 
 import orjson
 
-from transforms.values import float32_json
+from transforms.values import _b64, float32_json
 
 __all__ = [
     "AvroMappingError",
@@ -458,10 +458,6 @@ def _unscaled_bytes(value: decimal.Decimal, scale: int) -> bytes:
         unscaled = -unscaled
     length = (unscaled + (unscaled < 0)).bit_length() // 8 + 1
     return unscaled.to_bytes(length, "big", signed=True)
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
 
 
 def connect_payload(schema: Mapping[str, Any], value: Any, scrub: bool = False) -> Any:
