@@ -66,21 +66,29 @@ def run_fleet(broker: Broker, n: int, processes: int, workdir: Path) -> tuple[Wo
         print(f"produced {n:,} messages in {time.perf_counter() - start.time:.1f}s", flush=True)
         result = fleet.measure(n, timeout_s=max(120.0, n / 300), start=start)
         # the workers count a message when it is consumed; wait until its output is on the broker
-        # (acks in flight) before stopping them, so the completeness check below is meaningful
-        deadline = time.monotonic() + 60
+        # (acks in flight) before stopping them, so the completeness check below is meaningful.
+        # Distinct records: a rebalance replays, and the replayed copies are not the missing ones.
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            if sum(count_records(broker.bootstrap, workload.output_topics).values()) >= workload.expected_records:
+            got = count_records(broker.bootstrap, workload.output_topics, distinct=True, expect=workload.expected_records)
+            if sum(got.values()) >= workload.expected_records:
                 break
+        counted = fleet.totals()
     finally:
         fleet.stop()
     topics = [*workload.output_topics, f"{prefix}.dlq"]
     read = sum(count_records(broker.bootstrap, topics).values())
     # several workers share the group: a rebalance replays what was processed but not yet
     # committed (at-least-once), so completeness is judged on distinct records
-    unique = sum(count_records(broker.bootstrap, topics, distinct=True).values())
+    unique = sum(count_records(broker.bootstrap, topics, distinct=True, expect=workload.expected_records).values())
     if unique != workload.expected_records or result.dlq:
-        raise RuntimeError(f"{processes} workers: read {unique} distinct records ({read} in all), "
-                           f"expected {workload.expected_records}, dlq {result.dlq}")
+        raise RuntimeError(
+            f"{processes} workers: read {unique} distinct records ({read} in all), expected "
+            f"{workload.expected_records}, dlq {result.dlq}; the workers counted "
+            f"{counted.get('cdcnorm_messages_in_total', 0):,.0f} messages in, "
+            f"{counted.get('cdcnorm_records_out_total', 0):,.0f} records acknowledged; their logs: "
+            + ", ".join(str(log) for log in fleet.logs)
+        )
     result.records_read = read
     result.duplicates = read - unique
     return result, read
