@@ -187,6 +187,11 @@ class TableSchema:
     key: tuple[str, ...] = ()
     topic_namespace: str | None = None
     _index: dict[str, int] = field(default_factory=dict, compare=False, hash=False, repr=False)
+    # What the decoders and the emitter derive from this very object (its row plan, its codec
+    # per emit options), found here by one lookup in a small dict instead of in caches of every
+    # table; it lives and dies with the object, which the decoders' caches keep within the table
+    # budget. Not compared, hashed, copied or pickled.
+    memo: dict[Any, Any] = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)

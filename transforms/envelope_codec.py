@@ -350,15 +350,13 @@ class _TableCodec:
         return {"schema": self.key_schema, "payload": payload}
 
 
-# (table, options) -> codec, and (id(table), id(opts)) -> (table, opts, codec): decoders reuse their
-# TableSchema objects, so an identity lookup skips hashing every column of the table per record.
-# The entry holds both objects, so their ids cannot be reused while it exists. Both are bounded by
-# the table budget (transforms.table_budget), least recently used first out.
+# (table, options) -> codec, bounded by the table budget (transforms.table_budget), least recently
+# used first out. A table object also keeps the codec it was given per options object
+# (TableSchema.memo: id(opts) -> (opts, codec), the entry holds the options so the id is not
+# reused meanwhile): decoders reuse their table objects, so one small lookup finds it, without
+# hashing every column of the table per record.
 _codec_cache: TableLru[tuple[TableSchema, EmitOptions], _TableCodec] = TableLru(
     lambda key, _: len(key[0].columns)
-)
-_codec_by_id: TableLru[tuple[int, int], tuple[TableSchema, EmitOptions, _TableCodec]] = TableLru(
-    lambda _, hit: len(hit[0].columns)
 )
 _last_codec: list[tuple[TableSchema, EmitOptions, _TableCodec] | None] = [None]
 
@@ -367,18 +365,19 @@ def _codec(table: TableSchema, opts: EmitOptions) -> _TableCodec:
     last = _last_codec[0]
     if last is not None and last[0] is table and last[1] is opts:  # runs of one table: the common case
         return last[2]
-    hit = _codec_by_id.get((id(table), id(opts)))
-    if hit is not None and hit[0] is table and hit[1] is opts:
-        _last_codec[0] = hit
-        return hit[2]
-    cache_key = (table, opts)
-    codec = _codec_cache.get(cache_key)
-    if codec is None:
-        codec = _TableCodec(table, opts)
-        _codec_cache.put(cache_key, codec)
-    entry = (table, opts, codec)
-    _codec_by_id.put((id(table), id(opts)), entry)
-    _last_codec[0] = entry
+    memo = table.memo
+    hit = memo.get(id(opts))
+    if hit is not None and hit[0] is opts:
+        codec: _TableCodec = hit[1]
+    else:
+        cache_key = (table, opts)
+        found = _codec_cache.get(cache_key)
+        if found is None:
+            found = _TableCodec(table, opts)
+            _codec_cache.put(cache_key, found)
+        codec = found
+        memo[id(opts)] = (opts, codec)
+    _last_codec[0] = (table, opts, codec)
     return codec
 
 

@@ -107,13 +107,16 @@ def test_plan_falls_back_for_values_the_fast_converter_does_not_take() -> None:
         plan.typed({"n": "70000"}, "data[0]", None, slow)
 
 
-def test_plans_are_cached_per_table_instance() -> None:
+def test_plans_are_kept_by_the_table_instance_and_shared_by_columns_within_a_bound() -> None:
     plans = RowPlans(max_tables=2)
     t1 = TableSchema("db", None, "a", (Column("id", ConnectType.INT64),), ("id",))
-    assert plans.plan(t1) is plans.plan(t1)
-    for name in "bcd":  # past the bound: the cache starts over rather than grow
-        plans.plan(TableSchema("db", None, name, (Column("id", ConnectType.INT64),), ("id",)))
-    assert len(plans._plans) <= 2
+    plan = plans.plan(t1)
+    assert plans.plan(t1) is plan and t1.memo[plans] is plan  # the instance keeps it
+    assert plans.plan(TableSchema("db", None, "z", t1.columns, ("id",))) is plan  # same columns: shared
+    for name in "bcd":  # other columns past the bound: the shared cache starts over rather than grow
+        plans.plan(TableSchema("db", None, name, (Column(name, ConnectType.INT64),), (name,)))
+    assert len(plans._by_columns) <= 2
+    assert plans.plan(t1) is plan
 
 
 def test_not_fast_is_what_the_int_converter_raises() -> None:

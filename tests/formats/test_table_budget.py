@@ -7,6 +7,7 @@ tables go, and what is kept never weighs more than the budget.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from typing import Any
 
@@ -91,7 +92,6 @@ def test_more_tables_than_the_old_count_bounds_are_built_once(builds: Builds) ->
 def fresh_emitter(monkeypatch: pytest.MonkeyPatch) -> None:
     """The emitter's process-wide caches, empty (a budget applies to a cache at its next insert)."""
     monkeypatch.setattr(envelope_codec, "_codec_cache", TableLru(lambda key, _: len(key[0].columns)))
-    monkeypatch.setattr(envelope_codec, "_codec_by_id", TableLru(lambda _, hit: len(hit[0].columns)))
     monkeypatch.setattr(envelope_codec, "_last_codec", [None])
     monkeypatch.setattr(envelope_model, "_encoded_schemas", TableLru(lambda _, hit: len(hit[0].get("fields", ()))))
 
@@ -108,10 +108,16 @@ def test_past_the_budget_the_least_recently_used_tables_go(
     _run(pipeline, 10, 3, builds)  # 10 tables fit: built once, then kept
     assert len(builds) == 10
     budget = table_budget_now()
-    assert len(envelope_codec._codec_by_id) == 10
-    for cache in (decoder._shapes, decoder._tables._tables, decoder._plans._plans, decoder._plans._by_columns,
-                  envelope_codec._codec_cache, envelope_codec._codec_by_id, envelope_model._encoded_schemas):
+    assert len(envelope_codec._codec_cache) == 10
+    for cache in (decoder._shapes, decoder._tables._tables, decoder._plans._by_columns,
+                  envelope_codec._codec_cache, envelope_model._encoded_schemas):
         assert cache.weight <= budget
+    # what a table object keeps for itself (its row plan and codec, TableSchema.memo) goes with it:
+    # the table objects still alive that hold a plan of this decoder are those of the 10 tables kept
+    builds._last.clear()
+    gc.collect()
+    holding = {o.table for o in gc.get_objects() if type(o) is TableSchema and decoder._plans in o.memo}
+    assert holding == {f"t{i}" for i in range(10)}
 
 
 def table_budget_now() -> int:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from transforms.connect import Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import MAX_DECIMAL_DIGITS, MAX_DECIMAL_EXPONENT
@@ -209,9 +209,10 @@ class RowPlan:
 
 
 class RowPlans:
-    """One decoder's row plans, by table structure: tables are interned, so looked up by identity
-    first, and tables with the same columns share one plan. Both caches are bounded by the table
-    budget (:mod:`transforms.table_budget`); ``max_tables`` adds a count bound (tests)."""
+    """One decoder's row plans, by table structure: a table object keeps the plan it was given
+    (:attr:`TableSchema.memo`, so a decoder that reuses its table objects finds it by one small
+    lookup), and tables with the same columns share one plan, cached within the table budget
+    (:mod:`transforms.table_budget`); ``max_tables`` adds a count bound (tests)."""
 
     def __init__(
         self,
@@ -219,21 +220,18 @@ class RowPlans:
         max_tables: int | None = None,
     ) -> None:
         self._fast_for = fast_for
-        # id(table) -> (table, plan): the entry holds the table, so its id is not reused meanwhile
-        self._plans: TableLru[int, tuple[TableSchema, RowPlan]] = TableLru(
-            lambda _, hit: len(hit[0].columns), max_tables
-        )
         self._by_columns: TableLru[tuple[Column, ...], RowPlan] = TableLru(
             lambda columns, _: len(columns), max_tables
         )
 
     def plan(self, table: TableSchema) -> RowPlan:
-        hit = self._plans.get(id(table))
-        if hit is not None and hit[0] is table:
-            return hit[1]
+        memo = table.memo
+        plan = memo.get(self)
+        if plan is not None:
+            return cast(RowPlan, plan)
         plan = self._by_columns.get(table.columns)
         if plan is None:
             plan = RowPlan(table.columns, self._fast_for)
             self._by_columns.put(table.columns, plan)
-        self._plans.put(id(table), (table, plan))
+        memo[self] = plan
         return plan
