@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 __all__ = [
     "DEFAULT_TABLE_BUDGET",
@@ -73,7 +73,22 @@ def table_weight(columns: int) -> int:
 
 
 class LruCache(Generic[K, V]):
-    """A mapping bounded by entry count and total weight, evicting the least recently used."""
+    """A mapping bounded by entry count and total weight, evicting the least recently used.
+
+    Recency is kept the way CLOCK (second chance) keeps it: a hit marks its entry used, and
+    eviction walks the entries from the oldest insert, giving a used one another round (unmarked,
+    put back at the end) and evicting the first unused. A hit so writes one flag instead of
+    moving the entry in the order (the order's links of 10,000 tables are memory a hit would
+    otherwise touch), and the entries evicted are the ones not used since their last round.
+
+    >>> cache = LruCache[str, int](max_entries=2)
+    >>> cache.put("a", 1); cache.put("b", 2)
+    >>> cache.get("a")
+    1
+    >>> cache.put("c", 3)  # b was not used since it was put, a was: b goes
+    >>> cache.get("b") is None, cache.get("a"), cache.get("c")
+    (True, 1, 3)
+    """
 
     def __init__(
         self,
@@ -81,7 +96,8 @@ class LruCache(Generic[K, V]):
         max_weight: int | None = None,
         weigh: Callable[[K, V], int] | None = None,
     ) -> None:
-        self._items: OrderedDict[K, tuple[V, int]] = OrderedDict()
+        # key -> [value, weight, used since its last round]
+        self._items: OrderedDict[K, list[object]] = OrderedDict()
         self._max_entries = max_entries
         self._max_weight = max_weight
         self._weigh = weigh
@@ -94,8 +110,8 @@ class LruCache(Generic[K, V]):
         item = self._items.get(key)
         if item is None:
             return None
-        self._items.move_to_end(key)
-        return item[0]
+        item[2] = True
+        return cast(V, item[0])
 
     def get_or_make(self, key: K, make: Callable[[], V]) -> V:
         """The value of ``key``; the first time, ``make()`` put under it (a failure puts nothing).
@@ -114,17 +130,23 @@ class LruCache(Generic[K, V]):
         limit = self._limit()
         if limit is not None and weight > limit:
             return  # larger than the whole budget: not cached
-        old = self._items.pop(key, None)
+        items = self._items
+        old = items.pop(key, None)
         if old is not None:
-            self._weight -= old[1]
-        self._items[key] = (value, weight)
+            self._weight -= cast(int, old[1])
+        new: list[object] = [value, weight, False]
+        items[key] = new
         self._weight += weight
         max_entries = self._max_entries
-        while (max_entries is not None and len(self._items) > max_entries) or (
-            limit is not None and self._weight > limit
-        ):
-            _, (_, dropped) = self._items.popitem(last=False)
-            self._weight -= dropped
+        while (max_entries is not None and len(items) > max_entries) or (limit is not None and self._weight > limit):
+            oldest, item = items.popitem(last=False)
+            if item is new or item[2]:  # the entry being put, or one used since its last round
+                item[2] = False
+                items[oldest] = item  # another round
+                if len(items) == 1:
+                    break
+            else:
+                self._weight -= cast(int, item[1])
 
     @property
     def weight(self) -> int:
