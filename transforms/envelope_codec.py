@@ -40,7 +40,14 @@ from transforms.envelope_model import (
 )
 from transforms.errors import DecodeError, RequiredColumnError, caused_by
 from transforms.table_budget import TableLru
-from transforms.values import UNAVAILABLE, UNAVAILABLE_BYTES, CoercionError, encoder_for, encoder_passes
+from transforms.values import (
+    UNAVAILABLE,
+    UNAVAILABLE_BYTES,
+    CoercionError,
+    Encoder,
+    encoder_for,
+    encoder_passes,
+)
 
 _SOURCE_BASE: tuple[Column, ...] = (
     Column("version", ConnectType.STRING, False),
@@ -192,6 +199,32 @@ def _topic_base(opts: EmitOptions, table: TableSchema) -> str:
     )
 
 
+_RowParts = tuple[tuple[tuple[str, Encoder, type], ...], tuple[str, ...], dict[str, Any]]
+
+# (columns, decimal mode) -> what encoding their rows takes, shared by the codecs of the tables
+# with those columns (tables of one structure, the many tenants of one database, read the same
+# memory per record), bounded by the table budget.
+_row_parts_cache: TableLru[tuple[tuple[Column, ...], DecimalHandlingMode], _RowParts] = TableLru(
+    lambda key, _: len(key[0])
+)
+
+
+def _row_parts(columns: tuple[Column, ...], mode: DecimalHandlingMode) -> _RowParts:
+    """The encoders of ``columns`` (column, encoder, the type of values the encoder returns
+    unchanged: their cells are skipped), the columns a Connect consumer refuses null for, and
+    what an absent cell becomes in a column that cannot hold the placeholder string."""
+    key = (columns, mode)
+    parts = _row_parts_cache.get(key)
+    if parts is None:
+        parts = (
+            tuple((c.name, enc, encoder_passes(enc)) for c in columns if (enc := encoder_for(c, mode)) is not None),
+            tuple(c.name for c in columns if not c.optional),
+            {c.name: mark for c in columns if (mark := absent_mark(c, mode)) is not UNAVAILABLE},
+        )
+        _row_parts_cache.put(key, parts)
+    return parts
+
+
 class _TableCodec:
     """Cached schemas and encoders of one table under one set of emit options.
 
@@ -227,19 +260,8 @@ class _TableCodec:
         key_cols = table.key_columns()
         self.key_cols = tuple(c.name for c in key_cols)
         self.key_schema = _encoded(struct_schema(key_cols, f"{base}.Key", False, mode)) if key_cols else None
-        # (column, encoder, the type of values the encoder returns unchanged: their cells are skipped)
-        self.encoders = tuple(
-            (c.name, enc, encoder_passes(enc)) for c in table.columns if (enc := encoder_for(c, mode)) is not None
-        )
-        self.key_encoders = tuple(
-            (c.name, enc, encoder_passes(enc)) for c in key_cols if (enc := encoder_for(c, mode)) is not None
-        )
-        # columns a Connect consumer refuses null for
-        self.required = tuple(c.name for c in table.columns if not c.optional)
-        # what an absent cell becomes in a column that cannot hold the placeholder string
-        self.absent_marks = {
-            c.name: mark for c in table.columns if (mark := absent_mark(c, mode)) is not UNAVAILABLE
-        }
+        self.encoders, self.required, self.absent_marks = _row_parts(table.columns, mode)
+        self.key_encoders = _row_parts(key_cols, mode)[0]
         # the source info of the last envelope, with its source block and schema (shared, never mutated)
         self.last_source: tuple[SourceInfo, dict[str, Any], dict[str, Any] | None] | None = None
         # id(source schema) -> (source schema, envelope schema); the entry keeps the id valid

@@ -174,3 +174,14 @@ def test_a_budget_below_the_floor_stops_the_config_with_its_key() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config(raw, for_worker=False)
     assert "worker.table_cache_columns" in str(caught.value)
+
+
+def test_tables_with_the_same_columns_share_their_row_encoding() -> None:
+    """Many tables of one structure (the tenants of one database) read one set of encoders."""
+    columns = (Column("id", ConnectType.INT64, False), Column.decimal("price", 10, 2))
+    opts = EmitOptions(prefix="cdcnorm")
+    a = envelope_codec._codec(TableSchema("db", None, "a", columns, ("id",)), opts)
+    b = envelope_codec._codec(TableSchema("db", None, "b", columns, ("id",)), opts)
+    assert a.row_schema["name"] != b.row_schema["name"]  # each table its own names
+    assert a.encoders and a.encoders is b.encoders and a.absent_marks is b.absent_marks
+    assert a.key_encoders is b.key_encoders
