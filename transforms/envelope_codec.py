@@ -35,6 +35,7 @@ from transforms.envelope_model import (
     Operation,
     OutRecord,
     RowEvent,
+    SchemaJson,
     SourceInfo,
     _encoded,
 )
@@ -244,6 +245,7 @@ class _TableCodec:
         "native_envelopes",
         "required",
         "row_schema",
+        "schemas",
         "table_name",
         "topic",
     )
@@ -256,10 +258,12 @@ class _TableCodec:
         self.topic = _topic_base(opts, table)
         base = f"{opts.prefix}.{table.namespace}.{table.table}"
         self.envelope_name = f"{base}.Envelope"
-        self.row_schema = _encoded(struct_schema(table.columns, f"{base}.Value", True, mode))
+        # the shared schemas of this table's records, with their JSON once used (OutRecord.schemas)
+        self.schemas: SchemaJson = {}
+        self.row_schema = self._encoded(struct_schema(table.columns, f"{base}.Value", True, mode))
         key_cols = table.key_columns()
         self.key_cols = tuple(c.name for c in key_cols)
-        self.key_schema = _encoded(struct_schema(key_cols, f"{base}.Key", False, mode)) if key_cols else None
+        self.key_schema = self._encoded(struct_schema(key_cols, f"{base}.Key", False, mode)) if key_cols else None
         self.encoders, self.required, self.absent_marks = _row_parts(table.columns, mode)
         self.key_encoders = _row_parts(key_cols, mode)[0]
         # the source info of the last envelope, with its source block and schema (shared, never mutated)
@@ -268,6 +272,11 @@ class _TableCodec:
         self.envelopes: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         # (id(layout), id(source schema)) -> (layout, source schema, envelope schema) of Debezium input
         self.native_envelopes: dict[tuple[int, int], tuple[NativeLayout, dict[str, Any], dict[str, Any]]] = {}
+
+    def _encoded(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """Register a shared schema of this table's records (process-wide and here; returns it)."""
+        self.schemas[id(schema)] = (schema, None)
+        return _encoded(schema)
 
     def envelope_schema(self, source_schema: dict[str, Any]) -> dict[str, Any]:
         """The value schema of this table's envelopes with ``source_schema`` (shared, cached)."""
@@ -289,7 +298,7 @@ class _TableCodec:
             "version": 1,
         }
         if len(self.envelopes) < 256:
-            self.envelopes[id(source_schema)] = (source_schema, _encoded(schema))
+            self.envelopes[id(source_schema)] = (source_schema, self._encoded(schema))
         return schema
 
     def native_envelope_schema(self, layout: NativeLayout, source_schema: dict[str, Any]) -> dict[str, Any]:
@@ -314,7 +323,7 @@ class _TableCodec:
         if layout.version is not None:
             schema["version"] = layout.version
         if len(self.native_envelopes) < 256:
-            self.native_envelopes[(id(layout), id(source_schema))] = (layout, source_schema, _encoded(schema))
+            self.native_envelopes[(id(layout), id(source_schema))] = (layout, source_schema, self._encoded(schema))
         return schema
 
     def encode_image(self, row: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[str] | None]:
@@ -575,8 +584,11 @@ def _emit_change(event: ChangeEvent, opts: EmitOptions) -> list[OutRecord]:
         return out
     key = _wrap_key(codec.wrap_key(payload), opts)
     record = OutRecord(topic, key, _envelope_value(event, codec, event.op, event.before, event.after, opts), event.headers)
+    record.schemas = codec.schemas
     if event.op is Operation.DELETE and opts.tombstones and key is not None:
-        return [record, OutRecord(topic, key, None)]
+        tombstone = OutRecord(topic, key, None)
+        tombstone.schemas = codec.schemas
+        return [record, tombstone]
     return [record]
 
 
@@ -589,7 +601,9 @@ def _emit_row(event: RowEvent, opts: EmitOptions) -> list[OutRecord]:
     if event.row is not None:
         payload, _ = codec.encode_image(event.row)
         value = {"schema": codec.row_schema, "payload": payload} if opts.schemas else payload
-        out.append(OutRecord(topic, key, value, event.headers))
+        record = OutRecord(topic, key, value, event.headers)
+        record.schemas = codec.schemas
+        out.append(record)
     if event.op is Operation.DELETE and event.tombstone and opts.tombstones and key is not None:
         out.append(OutRecord(topic, key, None))
     return out

@@ -321,6 +321,11 @@ class EmitOptions:
         return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)
 
 
+# A table codec's shared Connect schemas with the JSON records start with (OutRecord.schemas):
+# id(schema) -> (schema, the pieces of b'{"schema":<schema JSON>,"payload":' once a record used it)
+SchemaJson = dict[int, tuple[dict[str, Any], tuple[bytes, ...] | None]]
+
+
 @mypyc_attr(allow_interpreted_subclasses=True)  # the worker's EncodedRecord
 @dataclass(slots=True)
 class OutRecord:
@@ -330,6 +335,9 @@ class OutRecord:
     key: dict[str, Any] | None
     value: dict[str, Any] | None
     headers: tuple[tuple[str, bytes], ...] = ()
+    # the emitter's table codec's shared schemas with their JSON (see _dumps_record): found there
+    # by a small lookup; not compared, copied or pickled (then the process-wide registry serves)
+    schemas: SchemaJson | None = field(default=None, init=False, compare=False, repr=False)
 
     def __init__(
         self,
@@ -342,15 +350,16 @@ class OutRecord:
         self.key = key
         self.value = value
         self.headers = headers
+        self.schemas = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)
 
     def key_bytes(self) -> bytes | None:
-        return None if self.key is None else _dumps_record(self.key)
+        return None if self.key is None else _dumps_record(self.key, self.schemas)
 
     def value_bytes(self) -> bytes | None:
-        return None if self.value is None else _dumps_record(self.value)
+        return None if self.value is None else _dumps_record(self.value, self.schemas)
 
     def to_json_line(self) -> bytes:
         return orjson.dumps({"topic": self.topic, "key": self.key, "value": self.value})
@@ -421,20 +430,28 @@ def _record_prefix(schema: dict[str, Any]) -> tuple[bytes, ...]:
     return joined if b"".join(joined) == whole else (whole,)
 
 
-def _dumps_record(doc: dict[str, Any]) -> bytes:
+def _dumps_record(doc: dict[str, Any], local: SchemaJson | None = None) -> bytes:
     """``orjson.dumps(doc)``; a ``{"schema", "payload"}`` document whose schema is a registered
-    shared schema gets the schema's JSON spliced in instead of serializing it again (same bytes).
+    shared schema (in ``local``, a table codec's, else process-wide) gets the schema's JSON
+    spliced in instead of serializing it again (same bytes).
     """
     if len(doc) == 2:
         schema = doc.get("schema")
-        hit = _encoded_schemas.get(id(schema))
+        key = id(schema)
+        hit = None if local is None else local.get(key)
+        if hit is None:
+            local = None
+            hit = _encoded_schemas.get(key)
         if hit is not None and hit[0] is schema:
             keys = iter(doc)
             if next(keys) == "schema" and next(keys) == "payload":
                 prefix = hit[1]
                 if prefix is None:
                     prefix = _record_prefix(schema)
-                    _encoded_schemas.put(id(schema), (schema, prefix))
+                    if local is not None:
+                        local[key] = (schema, prefix)
+                    else:
+                        _encoded_schemas.put(key, (schema, prefix))
                 return b"".join((*prefix, orjson.dumps(doc["payload"]), b"}"))
     return orjson.dumps(doc)
 

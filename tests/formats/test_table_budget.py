@@ -185,3 +185,23 @@ def test_tables_with_the_same_columns_share_their_row_encoding() -> None:
     assert a.row_schema["name"] != b.row_schema["name"]  # each table its own names
     assert a.encoders and a.encoders is b.encoders and a.absent_marks is b.absent_marks
     assert a.key_encoders is b.key_encoders
+
+
+def test_a_records_bytes_are_its_documents_json_however_its_schema_json_is_found() -> None:
+    """The emitter's records find their schemas' JSON in their table's codec (OutRecord.schemas);
+    a copy, a record whose value was replaced, and a schema-less document give the same bytes as
+    serializing the documents."""
+    import copy
+
+    pipeline = Pipeline(create_decoder("canal-json"), EmitOptions(prefix="cdcnorm"))
+    records = [r for i in range(6) for r in pipeline.process(Message(value=canal_message(i, 3), topic="src"))]
+    for record in records:
+        assert record.schemas is not None
+        for twin in (record, copy.copy(record), copy.deepcopy(record)):
+            assert twin.key_bytes() == orjson.dumps(record.key)
+            assert twin.value_bytes() == orjson.dumps(record.value)
+        assert record.value is not None
+        record.value = {"schema": dict(record.value["schema"], name="other"), "payload": record.value["payload"]}
+        assert record.value_bytes() == orjson.dumps(record.value)
+        record.value = {"payload": record.value["payload"], "schema": record.value["schema"]}
+        assert record.value_bytes() == orjson.dumps(record.value)
