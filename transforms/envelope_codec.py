@@ -37,7 +37,6 @@ from transforms.envelope_model import (
     RowEvent,
     SchemaJson,
     SourceInfo,
-    _encoded,
 )
 from transforms.errors import DecodeError, RequiredColumnError, caused_by
 from transforms.table_budget import TableLru
@@ -274,9 +273,10 @@ class _TableCodec:
         self.native_envelopes: dict[tuple[int, int], tuple[NativeLayout, dict[str, Any], dict[str, Any]]] = {}
 
     def _encoded(self, schema: dict[str, Any]) -> dict[str, Any]:
-        """Register a shared schema of this table's records (process-wide and here; returns it)."""
+        """Register a shared schema of this table's records with this codec (returns it): its
+        records find its JSON here (``OutRecord.schemas``); a copy of a record serializes it."""
         self.schemas[id(schema)] = (schema, None)
-        return _encoded(schema)
+        return schema
 
     def envelope_schema(self, source_schema: dict[str, Any]) -> dict[str, Any]:
         """The value schema of this table's envelopes with ``source_schema`` (shared, cached)."""
@@ -581,6 +581,8 @@ def _emit_change(event: ChangeEvent, opts: EmitOptions) -> list[OutRecord]:
                 (*event.headers, (OLD_KEY_HEADER, old_key_json)),
             )
         )
+        for record in out:
+            record.schemas = codec.schemas
         return out
     key = _wrap_key(codec.wrap_key(payload), opts)
     record = OutRecord(topic, key, _envelope_value(event, codec, event.op, event.before, event.after, opts), event.headers)
