@@ -47,7 +47,9 @@ from transforms.envelope import (
     TS_MS,
     UNAVAILABLE_AFTER,
     UNAVAILABLE_BEFORE,
+    EmitOptions,
     Operation,
+    emit,
 )
 from transforms.errors import CdcnormError
 from transforms.values import UNAVAILABLE, UNAVAILABLE_BYTES
@@ -107,6 +109,7 @@ _OPERATIONS = {op.value: op for op in Operation}
 _SOURCE_NAMES = TableNames({}, None)  # tables named as the source names them
 _SEQ = operator.attrgetter("seq")
 _NOTHING_UNAVAILABLE: frozenset[str] = frozenset()
+_SCHEMALESS_EMIT = EmitOptions(tombstones=False)  # one object: the emitter's codecs are kept per options object
 
 
 def _change(
@@ -305,15 +308,13 @@ class RecordParser:
     ) -> tuple[dict[str, Any] | None, Any]:
         """A schemaless change read as Debezium JSON without a schema, typed by inference."""
         from transforms.decoders import Message, create_decoder
-        from transforms.envelope import EmitOptions, emit
-        from transforms.errors import CdcnormError
 
         if self._schemaless is None:
             self._schemaless = create_decoder("debezium-json", {})
         key_bytes = None if key_doc is None else orjson.dumps(key_doc)
         message = Message(value=orjson.dumps(doc), key=key_bytes, topic=topic, partition=partition, offset=offset)
         try:
-            records = emit(self._schemaless.decode_safely(message), EmitOptions(tombstones=False))
+            records = emit(self._schemaless.decode_safely(message), _SCHEMALESS_EMIT)
         except CdcnormError as exc:
             raise ChangeParseError(f"{where}: a schemaless record that does not read as Debezium JSON: {exc}") from exc
         changes = [r for r in records if r.value is not None]

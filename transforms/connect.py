@@ -18,6 +18,7 @@ from transforms.frozen import reduce_frozen
 from transforms.table_budget import TableLru
 
 __all__ = [
+    "MEMO_ENTRIES",
     "Column",
     "ConnectType",
     "DecimalHandlingMode",
@@ -170,6 +171,9 @@ class Column:
         return self if self.optional == optional else replace(self, optional=optional)
 
 
+MEMO_ENTRIES: Final = 8  # what one table object keeps for itself (TableSchema.memo)
+
+
 @dataclass(frozen=True, slots=True)
 class TableSchema:
     """The structure of one source table: its name parts, ordered columns and key columns.
@@ -190,7 +194,8 @@ class TableSchema:
     # What the decoders and the emitter derive from this very object (its row plan, its codec
     # per emit options), found here by one lookup in a small dict instead of in caches of every
     # table; it lives and dies with the object, which the decoders' caches keep within the table
-    # budget. Not compared, hashed, copied or pickled.
+    # budget, and holds at most MEMO_ENTRIES (options made per call find their codec in the
+    # emitter's cache instead). Not compared, hashed, copied or pickled.
     memo: dict[Any, Any] = field(default_factory=dict, init=False, compare=False, hash=False, repr=False)
 
     def __reduce__(self) -> tuple[Any, ...]:

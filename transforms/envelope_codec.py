@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from transforms.connect import (
+    MEMO_ENTRIES,
     Column,
     ConnectType,
     DecimalHandlingMode,
@@ -407,7 +408,8 @@ def _codec(table: TableSchema, opts: EmitOptions) -> _TableCodec:
             found = _TableCodec(table, opts)
             _codec_cache.put(cache_key, found)
         codec = found
-        memo[id(opts)] = (opts, codec)
+        if len(memo) < MEMO_ENTRIES:
+            memo[id(opts)] = (opts, codec)
     _last_codec[0] = (table, opts, codec)
     return codec
 

@@ -205,3 +205,16 @@ def test_a_records_bytes_are_its_documents_json_however_its_schema_json_is_found
         assert record.value_bytes() == orjson.dumps(record.value)
         record.value = {"payload": record.value["payload"], "schema": record.value["schema"]}
         assert record.value_bytes() == orjson.dumps(record.value)
+
+
+def test_a_table_object_keeps_a_bounded_memo_however_many_options_objects_meet_it() -> None:
+    """Options made per call (equal, not the same object) do not grow what a table keeps."""
+    from transforms.connect import MEMO_ENTRIES
+
+    decoder = create_decoder("canal-json")
+    events = decoder.decode(Message(value=canal_message(0, 1), topic="src"))
+    table = events[0].table
+    first = [r.value_bytes() for r in emit(events, EmitOptions(tombstones=False))]
+    for _ in range(100):
+        assert [r.value_bytes() for r in emit(events, EmitOptions(tombstones=False))] == first
+    assert len(table.memo) <= MEMO_ENTRIES

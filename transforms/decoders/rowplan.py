@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any, cast
 
-from transforms.connect import Column, ConnectType, Logical, TableSchema
+from transforms.connect import MEMO_ENTRIES, Column, ConnectType, Logical, TableSchema
 from transforms.decoders.base import MAX_DECIMAL_DIGITS, MAX_DECIMAL_EXPONENT
 from transforms.decoders.cache import TableLru
 from transforms.values import EPOCH_UNITS, UNAVAILABLE, date_from_epoch, parse_datetime, timestamp_from_epoch
@@ -233,5 +233,6 @@ class RowPlans:
         if plan is None:
             plan = RowPlan(table.columns, self._fast_for)
             self._by_columns.put(table.columns, plan)
-        memo[self] = plan
+        if len(memo) < MEMO_ENTRIES:
+            memo[self] = plan
         return plan
