@@ -156,7 +156,7 @@ def _string_array(name: str) -> dict[str, Any]:
 
 
 _UNAVAILABLE_FIELDS = (_string_array(UNAVAILABLE_BEFORE), _string_array(UNAVAILABLE_AFTER))
-# id(source schema) -> (source schema, the same with the unavailable-column lists); see _encoded
+# id(source schema) -> (source schema, the same with the unavailable-column lists)
 _with_unavailable_cache: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
 
 

@@ -335,8 +335,8 @@ class OutRecord:
     key: dict[str, Any] | None
     value: dict[str, Any] | None
     headers: tuple[tuple[str, bytes], ...] = ()
-    # the emitter's table codec's shared schemas with their JSON (see _dumps_record): found there
-    # by a small lookup; not compared, copied or pickled (then the process-wide registry serves)
+    # the emitter's table codec's shared schemas with their JSON (see _dumps_record); not
+    # compared, copied or pickled (a copy serializes its schema: the same bytes)
     schemas: SchemaJson | None = field(default=None, init=False, compare=False, repr=False)
 
     def __init__(
@@ -367,24 +367,10 @@ class OutRecord:
 
 # ----------------------------------------------------------------------------- schemas
 
-# Connect schemas the emitter shares between records, with the JSON a record starts with:
-# id(schema) -> (schema, the pieces of b'{"schema":<schema JSON>,"payload":' once a record used
-# it). The entry holds the schema, so the id cannot be reused while it exists. Bounded by the
-# table budget (transforms.table_budget: a schema weighs its fields), least recently used first.
-_encoded_schemas: TableLru[int, tuple[dict[str, Any], tuple[bytes, ...] | None]] = TableLru(
-    lambda _, hit: len(hit[0].get("fields", ()))
-)
 # The JSON of field lists, shared by content: an envelope's before and after hold the same
 # columns, every table of a connector the same source block, tables of one shape the same columns.
 _field_lists: TableLru[bytes, bytes] = TableLru(lambda text, _: text_columns(text))
 _MARK = "\x00cdcnorm-fields-{}\x00"  # a NUL cannot occur in a Connect name
-
-
-def _encoded(schema: dict[str, Any]) -> dict[str, Any]:
-    """Register a shared, never mutated schema dict so records splice its JSON in (returns it);
-    the JSON is made when a record first uses it."""
-    _encoded_schemas.put(id(schema), (schema, None))
-    return schema
 
 
 def _shared_list(fields: list[Any]) -> bytes:
@@ -430,28 +416,22 @@ def _record_prefix(schema: dict[str, Any]) -> tuple[bytes, ...]:
     return joined if b"".join(joined) == whole else (whole,)
 
 
-def _dumps_record(doc: dict[str, Any], local: SchemaJson | None = None) -> bytes:
-    """``orjson.dumps(doc)``; a ``{"schema", "payload"}`` document whose schema is a registered
-    shared schema (in ``local``, a table codec's, else process-wide) gets the schema's JSON
-    spliced in instead of serializing it again (same bytes).
+def _dumps_record(doc: dict[str, Any], schemas: SchemaJson | None) -> bytes:
+    """``orjson.dumps(doc)``; a ``{"schema", "payload"}`` document whose schema is one of
+    ``schemas`` (a table codec's shared schemas, ``OutRecord.schemas``) gets the schema's JSON
+    spliced in instead of serializing it again (same bytes), made the first time it is used.
     """
-    if len(doc) == 2:
+    if schemas is not None and len(doc) == 2:
         schema = doc.get("schema")
         key = id(schema)
-        hit = None if local is None else local.get(key)
-        if hit is None:
-            local = None
-            hit = _encoded_schemas.get(key)
-        if hit is not None and hit[0] is schema:
+        hit = schemas.get(key)
+        if hit is not None and hit[0] is schema:  # the entry holds the schema: its id is not reused
             keys = iter(doc)
             if next(keys) == "schema" and next(keys) == "payload":
                 prefix = hit[1]
                 if prefix is None:
                     prefix = _record_prefix(schema)
-                    if local is not None:
-                        local[key] = (schema, prefix)
-                    else:
-                        _encoded_schemas.put(key, (schema, prefix))
+                    schemas[key] = (schema, prefix)
                 return b"".join((*prefix, orjson.dumps(doc["payload"]), b"}"))
     return orjson.dumps(doc)
 

@@ -15,7 +15,6 @@ import orjson
 import pytest
 
 import transforms.envelope_codec as envelope_codec
-import transforms.envelope_model as envelope_model
 from bench.typed_canal import canal_message
 from service.app import Normalizer
 from service.config import parse_config
@@ -93,7 +92,6 @@ def fresh_emitter(monkeypatch: pytest.MonkeyPatch) -> None:
     """The emitter's process-wide caches, empty (a budget applies to a cache at its next insert)."""
     monkeypatch.setattr(envelope_codec, "_codec_cache", TableLru(lambda key, _: len(key[0].columns)))
     monkeypatch.setattr(envelope_codec, "_last_codec", [None])
-    monkeypatch.setattr(envelope_model, "_encoded_schemas", TableLru(lambda _, hit: len(hit[0].get("fields", ()))))
 
 
 def test_past_the_budget_the_least_recently_used_tables_go(
@@ -110,7 +108,7 @@ def test_past_the_budget_the_least_recently_used_tables_go(
     budget = table_budget_now()
     assert len(envelope_codec._codec_cache) == 10
     for cache in (decoder._shapes, decoder._tables._tables, decoder._plans._by_columns,
-                  envelope_codec._codec_cache, envelope_model._encoded_schemas):
+                  envelope_codec._codec_cache):
         assert cache.weight <= budget
     # what a table object keeps for itself (its row plan and codec, TableSchema.memo) goes with it:
     # the table objects still alive that hold a plan of this decoder are those of the 10 tables kept
