@@ -191,17 +191,22 @@ def unscaled_bytes(value: Decimal, scale: int) -> bytes:
     >>> unscaled_bytes(Decimal("-1.28"), 2).hex(), unscaled_bytes(Decimal("1.28"), 2).hex()
     ('80', '0080')
     """
-    unscaled: int | None = None
-    if scale >= 0 and value.is_finite():
-        # the common case, a value with no more digits after the point than the scale: its exact
-        # ratio (the denominator a power of ten) times 10**scale divides without remainder
+    if value.is_finite():
+        # exact: the value's ratio (the denominator a power of ten) at the scale, rounded half-even
+        # once (a context sized to the scale would round the digits beyond it first: ...370.504361
+        # became ...370.50, then 370 instead of 371)
         numerator, denominator = value.as_integer_ratio()
-        quotient, remainder = divmod(numerator * 10**scale, denominator)
-        if remainder == 0:
-            unscaled = quotient
-    if unscaled is None:  # rounded half-even at the scale, in a context that holds every digit
-        ctx = exact_context(value, scale)
-        unscaled = int(value.scaleb(scale, context=ctx).to_integral_value(context=ctx))
+        if scale >= 0:
+            numerator *= 10**scale
+        else:
+            denominator *= 10**-scale
+        unscaled, remainder = divmod(numerator, denominator)  # floor, remainder >= 0
+        if remainder:
+            twice = 2 * remainder
+            if twice > denominator or (twice == denominator and unscaled & 1):
+                unscaled += 1
+    else:  # no number: as Decimal says (int() of a NaN or an infinity raises)
+        unscaled = int(value)
     # the fewest bytes, as Java's BigInteger.toByteArray: -128 is 0x80, not 0xff80 (Connect's
     # JsonConverter writes a decimal back that way, so a longer form does not round-trip)
     magnitude = unscaled if unscaled >= 0 else ~unscaled

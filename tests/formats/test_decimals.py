@@ -10,7 +10,7 @@ from decimal import Decimal
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from transforms.connect import Column, DecimalHandlingMode
@@ -54,11 +54,15 @@ def test_any_unscaled_integer_round_trips(unscaled: int, scale: int) -> None:
 
 @given(
     st.decimals(allow_nan=False, allow_infinity=False, places=None),
-    st.integers(min_value=0, max_value=40),
+    st.integers(min_value=-5, max_value=40),
 )
+# more digits beyond the scale than a context sized to the scale holds: rounded once, not twice
+@example(Decimal("10469.426967370504361"), 9)
+@example(Decimal("-10469.426967370504361"), 9)
+@example(Decimal("12350"), -2)
 def test_unscaled_bytes_is_the_value_rounded_half_even_at_the_scale(value: Decimal, scale: int) -> None:
-    # the exact-ratio path (no more digits than the scale) and the rounding path agree with
-    # quantizing in a context wide enough for every digit
+    # as quantizing in a context wide enough for every digit (a negative scale rounds to tens,
+    # hundreds, ...)
     ctx = decimal.Context(prec=400, rounding=decimal.ROUND_HALF_EVEN, Emax=999_999, Emin=-999_999)
     expected = int(value.quantize(Decimal(1).scaleb(-scale), context=ctx).scaleb(scale, context=ctx))
     assert int.from_bytes(unscaled_bytes(value, scale), "big", signed=True) == expected
