@@ -56,7 +56,7 @@ from typing import Any
 
 import orjson
 
-from transforms.values import _b64, float32_json
+from transforms.values import _b64, decimal_from_unscaled, float32_json, unscaled_bytes
 
 __all__ = [
     "AvroMappingError",
@@ -446,18 +446,25 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def _unscaled_bytes(value: decimal.Decimal, scale: int) -> bytes:
-    """The minimal big-endian two's-complement bytes of a decimal's unscaled value at ``scale``
-    (``BigInteger.toByteArray``, as Connect's ``Decimal.fromLogical`` writes it)."""
-    sign, digits, exponent = value.as_tuple()
-    if not isinstance(exponent, int):
+    """The Connect Decimal bytes of a decimal at its schema's ``scale``
+    (:func:`~transforms.values.unscaled_bytes`, ``BigInteger.toByteArray`` as Connect's
+    ``Decimal.fromLogical`` writes it). A value that does not fit the scale exactly is refused, as
+    ``Decimal.fromLogical`` refuses a mismatching scale: fastavro reads a decimal at its schema's
+    scale, so one that does not fit came from somewhere else and would be changed by rounding.
+
+    >>> _unscaled_bytes(decimal.Decimal("-1.280"), 2).hex()
+    '80'
+    >>> _unscaled_bytes(decimal.Decimal("1.285"), 2)
+    Traceback (most recent call last):
+    ...
+    transforms.avro.AvroMappingError: decimal 1.285 has more digits than its schema's scale 2
+    """
+    if not value.is_finite():
         raise AvroMappingError(f"decimal {value} is not finite")
-    unscaled = int("".join(map(str, digits)) or "0")
-    shift = exponent + scale
-    unscaled = unscaled * 10**shift if shift >= 0 else unscaled // 10**-shift
-    if sign:
-        unscaled = -unscaled
-    length = (unscaled + (unscaled < 0)).bit_length() // 8 + 1
-    return unscaled.to_bytes(length, "big", signed=True)
+    raw = unscaled_bytes(value, scale)
+    if decimal_from_unscaled(raw, scale) != value:
+        raise AvroMappingError(f"decimal {value} has more digits than its schema's scale {scale}")
+    return raw
 
 
 def connect_payload(schema: Mapping[str, Any], value: Any, scrub: bool = False) -> Any:

@@ -9,6 +9,7 @@ Confluent's own AvroConverter in the JVM.
 from __future__ import annotations
 
 import base64
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from service.converters import (
 )
 from tests.compat.records import golden_records
 from tests.goldens import Case, cases
-from transforms.avro import connect_payload
+from transforms.avro import AvroMappingError, connect_payload
 from transforms.connect import Column, ConnectType, TableSchema
 from transforms.decoders import Message
 from transforms.envelope import ChangeEvent, EmitOptions, Operation, OutRecord, SourceInfo, emit
@@ -226,6 +227,29 @@ def test_avro_scrubs_field_names_when_asked() -> None:
     assert value["after"] == {"first_name": 1, "v": "x"}
     key = AvroDeserializer(client)(out.key_bytes(), SerializationContext(out.topic, MessageField.KEY))
     assert key == {"first_name": 1}
+
+
+_DECIMAL_2 = {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": "2"}}
+
+
+@pytest.mark.parametrize(
+    ("value", "unscaled"),
+    [("1.28", 128), ("-1.28", -128), ("-1.280", -128), ("0", 0), ("12345678901234567890123456789012345.67",
+                                                                      1234567890123456789012345678901234567)],
+)
+def test_avro_decimal_reads_back_as_connect_writes_it(value: str, unscaled: int) -> None:
+    """A decimal fastavro read at its schema's scale: BigInteger.toByteArray of the unscaled value."""
+    raw = base64.b64decode(connect_payload(_DECIMAL_2, Decimal(value)))
+    assert int.from_bytes(raw, "big", signed=True) == unscaled
+    assert raw == unscaled.to_bytes(len(raw), "big", signed=True)
+    assert len(raw) == (unscaled if unscaled >= 0 else ~unscaled).bit_length() // 8 + 1
+
+
+@pytest.mark.parametrize("value", ["1.285", "-0.001", "NaN", "Infinity"])
+def test_avro_decimal_beyond_its_scale_is_refused_not_rounded(value: str) -> None:
+    """As Connect's Decimal.fromLogical refuses a mismatching scale: no silent rounding."""
+    with pytest.raises(AvroMappingError, match=f"decimal {value} "):
+        connect_payload(_DECIMAL_2, Decimal(value))
 
 
 def test_avro_refuses_fields_that_scrub_to_one_name() -> None:
