@@ -124,6 +124,7 @@ class ServicePipeline(Pipeline):
         super().__init__(decoder, emit_options, chain, key_overrides)
         self.completion = completion
         self.transactions = transactions
+        self.direct_emit = completion is None  # completion merges stored typed values into images
 
     def before_chain(self, events: list[Event]) -> list[Event]:
         if self.completion is not None and events:

@@ -66,3 +66,12 @@ def test_service_pipeline_completes_and_drops_boundaries_before_the_chain() -> N
     with_transactions = ServicePipeline(decoder, EmitOptions(), transactions=True)
     assert with_transactions.events(Message(DELETE, topic="t"))[0] is BEGIN
     assert len(with_transactions.events(Message(DELETE, topic="t"))) == len(events) + 1
+
+
+def test_images_come_encoded_only_where_nothing_reads_them_before_the_emitter() -> None:
+    """ChangeEvent.encoded (decoder-made Connect JSON): not with completion, which merges stored
+    typed values into images; with the plain worker pipeline, as with Pipeline."""
+    decoder = create_decoder("debezium-json")
+    assert Pipeline(decoder, EmitOptions()).direct_emit
+    assert ServicePipeline(decoder, EmitOptions(), transactions=True).direct_emit
+    assert not ServicePipeline(decoder, EmitOptions(), completion=lambda events: events).direct_emit

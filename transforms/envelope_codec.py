@@ -200,7 +200,7 @@ def _topic_base(opts: EmitOptions, table: TableSchema) -> str:
     )
 
 
-_RowParts = tuple[tuple[tuple[str, Encoder, type], ...], tuple[str, ...], dict[str, Any]]
+_RowParts = tuple[tuple[tuple[str, Encoder, type], ...], tuple[str, ...], dict[str, Any], dict[str, Any]]
 
 # (columns, decimal mode) -> what encoding their rows takes, shared by the codecs of the tables
 # with those columns (tables of one structure, the many tenants of one database, read the same
@@ -212,18 +212,32 @@ _row_parts_cache: TableLru[tuple[tuple[Column, ...], DecimalHandlingMode], _RowP
 
 def _row_parts(columns: tuple[Column, ...], mode: DecimalHandlingMode) -> _RowParts:
     """The encoders of ``columns`` (column, encoder, the type of values the encoder returns
-    unchanged: their cells are skipped), the columns a Connect consumer refuses null for, and
-    what an absent cell becomes in a column that cannot hold the placeholder string."""
+    unchanged: their cells are skipped), the columns a Connect consumer refuses null for, what
+    an absent cell becomes in a column that cannot hold the placeholder string, and the same
+    marks encoded (for images that arrive encoded: :attr:`ChangeEvent.encoded`)."""
     key = (columns, mode)
     parts = _row_parts_cache.get(key)
     if parts is None:
-        parts = (
-            tuple((c.name, enc, encoder_passes(enc)) for c in columns if (enc := encoder_for(c, mode)) is not None),
-            tuple(c.name for c in columns if not c.optional),
-            {c.name: mark for c in columns if (mark := absent_mark(c, mode)) is not UNAVAILABLE},
+        encoders = tuple(
+            (c.name, enc, encoder_passes(enc)) for c in columns if (enc := encoder_for(c, mode)) is not None
         )
+        marks = {c.name: mark for c in columns if (mark := absent_mark(c, mode)) is not UNAVAILABLE}
+        parts = (encoders, tuple(c.name for c in columns if not c.optional), marks, encode_cells(encoders, marks))
         _row_parts_cache.put(key, parts)
     return parts
+
+
+def encode_cells(encoders: tuple[tuple[str, Encoder, type], ...], row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its cells in Connect JSON form (``row`` itself when no cell changes)."""
+    out: dict[str, Any] | None = None
+    for name, enc, passes in encoders:
+        value = row.get(name)
+        if value is None or type(value) is passes:
+            continue
+        if out is None:
+            out = dict(row)
+        out[name] = enc(value)
+    return row if out is None else out
 
 
 class _TableCodec:
@@ -235,6 +249,7 @@ class _TableCodec:
 
     __slots__ = (
         "absent_marks",
+        "encoded_marks",
         "encoders",
         "envelope_name",
         "envelopes",
@@ -264,7 +279,7 @@ class _TableCodec:
         key_cols = table.key_columns()
         self.key_cols = tuple(c.name for c in key_cols)
         self.key_schema = self._encoded(struct_schema(key_cols, f"{base}.Key", False, mode)) if key_cols else None
-        self.encoders, self.required, self.absent_marks = _row_parts(table.columns, mode)
+        self.encoders, self.required, self.absent_marks, self.encoded_marks = _row_parts(table.columns, mode)
         self.key_encoders = _row_parts(key_cols, mode)[0]
         # the source info of the last envelope, with its source block and schema (shared, never mutated)
         self.last_source: tuple[SourceInfo, dict[str, Any], dict[str, Any] | None] | None = None
@@ -327,16 +342,20 @@ class _TableCodec:
             self.native_envelopes[(id(layout), id(source_schema))] = (layout, source_schema, self._encoded(schema))
         return schema
 
-    def encode_image(self, row: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[str] | None]:
+    def encode_image(
+        self, row: dict[str, Any] | None, encoded: bool = False
+    ) -> tuple[dict[str, Any] | None, list[str] | None]:
         """The row in Connect JSON form, and the columns that are absent from it but cannot hold
         the placeholder (emitted as null; see :func:`absent_mark`), or ``None`` when there are none.
+
+        ``encoded``: the row's cells are in Connect JSON form already (:attr:`ChangeEvent.encoded`).
         """
         if row is None:
             return None, None
         missing: list[str] = []
         if _has_unavailable(row):
             row = dict(row)
-            marks = self.absent_marks
+            marks = self.encoded_marks if encoded else self.absent_marks
             for name, value in row.items():
                 if type(value) is str and value == UNAVAILABLE and name in marks:
                     mark = row[name] = marks[name]
@@ -345,6 +364,8 @@ class _TableCodec:
         for name in self.required:
             if row.get(name) is None:
                 raise RequiredColumnError(self.table_name, name, name in missing)
+        if encoded:
+            return row, missing or None
         try:
             return self.encode_row(row), missing or None
         except CoercionError as exc:  # a value its column's Connect type cannot hold
@@ -353,28 +374,23 @@ class _TableCodec:
     def encode_row(self, row: dict[str, Any] | None) -> dict[str, Any] | None:
         """The row with its cells in Connect JSON form: ``row`` itself when no cell changes, else
         a copy (the row is never modified). Absent cells must already be marked (``encode_image``)."""
-        if row is None:
-            return None
-        out: dict[str, Any] | None = None
-        for name, enc, passes in self.encoders:
-            value = row.get(name)
-            if value is None or type(value) is passes:
-                continue
-            if out is None:
-                out = dict(row)
-            out[name] = enc(value)
-        return row if out is None else out
+        return None if row is None else encode_cells(self.encoders, row)
 
-    def key(self, before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
-        return self.wrap_key(key_payload(self.key_cols, before, after))
+    def key(
+        self, before: dict[str, Any] | None, after: dict[str, Any] | None, encoded: bool = False
+    ) -> dict[str, Any] | None:
+        return self.wrap_key(key_payload(self.key_cols, before, after), encoded)
 
-    def wrap_key(self, payload: dict[str, Any] | None) -> dict[str, Any] | None:
-        """The key record of a key payload (encoded in place; pass a payload you own)."""
+    def wrap_key(self, payload: dict[str, Any] | None, encoded: bool = False) -> dict[str, Any] | None:
+        """The key record of a key payload (encoded in place unless ``encoded`` says its values
+        are in Connect JSON form already; pass a payload you own)."""
         if payload is None or self.key_schema is None:
             return None
         if None in payload.values():  # a key field is never optional in Connect
             names = ", ".join(name for name, value in payload.items() if value is None)
             raise RequiredColumnError(self.table_name, names, False, "primary key column")
+        if encoded:
+            return {"schema": self.key_schema, "payload": payload}
         for name, enc, passes in self.key_encoders:
             value = payload.get(name)
             if value is not None and type(value) is not passes:
@@ -481,6 +497,7 @@ def _envelope_value(
     before: dict[str, Any] | None,
     after: dict[str, Any] | None,
     opts: EmitOptions,
+    encoded: bool,
 ) -> dict[str, Any]:
     info = event.source
     native = info.native
@@ -494,8 +511,8 @@ def _envelope_value(
         table = event.table
         source, source_schema = _source_block(info, table.db, table.schema, table.table, opts)
         codec.last_source = (info, source, source_schema)
-    before_json, before_missing = codec.encode_image(before)
-    after_json, after_missing = codec.encode_image(after)
+    before_json, before_missing = codec.encode_image(before, encoded)
+    after_json, after_missing = codec.encode_image(after, encoded)
     if before_missing or after_missing:
         source = {**source, UNAVAILABLE_BEFORE: before_missing, UNAVAILABLE_AFTER: after_missing}
         if source_schema is not None:
@@ -529,6 +546,16 @@ def _envelope_value(
     return {"schema": codec.envelope_schema(source_schema), "payload": payload}
 
 
+def _encoded(event: ChangeEvent, opts: EmitOptions) -> bool:
+    """Whether the event's images are in Connect JSON form already (:attr:`ChangeEvent.encoded`)."""
+    mode = event.encoded
+    if mode is None:
+        return False
+    if mode is not opts.decimal_mode:  # a decoder's mistake: never emit another mode's values
+        raise DecodeError("emit", None, f"images encoded for decimal mode {mode.value}, emitting {opts.decimal_mode.value}")
+    return True
+
+
 def _wrap_key(key: dict[str, Any] | None, opts: EmitOptions) -> dict[str, Any] | None:
     if key is None or opts.schemas:
         return key
@@ -560,16 +587,17 @@ def _emit_change(event: ChangeEvent, opts: EmitOptions) -> list[OutRecord]:
     codec = _codec(event.table, opts)
     topic = event.topic or codec.topic
     payload, key_changed = _change_key(codec, event)
+    encoded = _encoded(event, opts)
     if key_changed:
-        old_key = codec.wrap_key(payload)
-        new_key = codec.key(None, event.after)
+        old_key = codec.wrap_key(payload, encoded)
+        new_key = codec.key(None, event.after, encoded)
         old_key_json = orjson.dumps(_wrap_key(old_key, opts))
         new_key_json = orjson.dumps(_wrap_key(new_key, opts))
         out = [
             OutRecord(
                 topic,
                 _wrap_key(old_key, opts),
-                _envelope_value(event, codec, Operation.DELETE, event.before, None, opts),
+                _envelope_value(event, codec, Operation.DELETE, event.before, None, opts, encoded),
                 (*event.headers, (NEW_KEY_HEADER, new_key_json)),
             )
         ]
@@ -579,15 +607,15 @@ def _emit_change(event: ChangeEvent, opts: EmitOptions) -> list[OutRecord]:
             OutRecord(
                 topic,
                 _wrap_key(new_key, opts),
-                _envelope_value(event, codec, Operation.CREATE, None, event.after, opts),
+                _envelope_value(event, codec, Operation.CREATE, None, event.after, opts, encoded),
                 (*event.headers, (OLD_KEY_HEADER, old_key_json)),
             )
         )
         for record in out:
             record.schemas = codec.schemas
         return out
-    key = _wrap_key(codec.wrap_key(payload), opts)
-    record = OutRecord(topic, key, _envelope_value(event, codec, event.op, event.before, event.after, opts), event.headers)
+    key = _wrap_key(codec.wrap_key(payload, encoded), opts)
+    record = OutRecord(topic, key, _envelope_value(event, codec, event.op, event.before, event.after, opts, encoded), event.headers)
     record.schemas = codec.schemas
     if event.op is Operation.DELETE and opts.tombstones and key is not None:
         tombstone = OutRecord(topic, key, None)

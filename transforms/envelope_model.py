@@ -192,6 +192,11 @@ class ChangeEvent:
     ts_ms: int | None = None
     topic: str | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
+    # set by a decoder whose pipeline sends its events straight to the emitter (no chain, see
+    # Pipeline.process_rows): ``before``/``after`` are already in Connect JSON form under this
+    # decimal handling mode (what the emitter's encoders would make of the typed values), so the
+    # emitter does not encode them again. Never set on events that anything else reads.
+    encoded: DecimalHandlingMode | None = field(default=None, compare=False, repr=False)
 
     def __init__(
         self,
@@ -204,6 +209,7 @@ class ChangeEvent:
         ts_ms: int | None = None,
         topic: str | None = None,
         headers: tuple[tuple[str, bytes], ...] = (),
+        encoded: DecimalHandlingMode | None = None,
     ) -> None:
         self.op = op
         self.table = table
@@ -214,6 +220,7 @@ class ChangeEvent:
         self.ts_ms = ts_ms
         self.topic = topic
         self.headers = headers
+        self.encoded = encoded
 
     def __reduce__(self) -> tuple[Any, ...]:
         return reduce_frozen(self)  # copy and pickle work compiled too (transforms.frozen)

@@ -57,6 +57,11 @@ class Pipeline:
         self.emit_options = emit_options
         self.chain = chain or TransformChain()
         self.key_overrides = dict(key_overrides or {})
+        # whether process_rows may let the decoder encode images for the emitter itself
+        # (ChangeEvent.encoded): only where nothing between them reads or changes a value (no key
+        # overrides, no chain, and a before_chain hook that only drops events); a subclass whose
+        # hook reads values sets it False
+        self.direct_emit = True
 
     def events(self, message: Message) -> list[Event]:
         """Decoded events after key overrides and the chain (before serialization); a bad row
@@ -74,7 +79,15 @@ class Pipeline:
         :meth:`process`. A failure of the message as a whole (its envelope, a transform, the
         emitter) is raised, as by :meth:`process`.
         """
-        decoded = self.decoder.decode_rows_safely(message)
+        decoder = self.decoder
+        if self.direct_emit and not self.chain.steps and not self.key_overrides:
+            decoder.emit_direct = self.emit_options.decimal_mode
+            try:
+                decoded = decoder.decode_rows_safely(message)
+            finally:
+                decoder.emit_direct = None
+        else:
+            decoded = decoder.decode_rows_safely(message)
         return Processed(emit(self._transformed(decoded.events), self.emit_options), decoded.row_errors)
 
     def before_chain(self, events: list[Event]) -> list[Event]:

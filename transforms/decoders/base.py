@@ -32,7 +32,7 @@ from typing import Any, ClassVar, TypeVar, final, overload
 import orjson
 from mypy_extensions import mypyc_attr
 
-from transforms.connect import Column, ConnectType
+from transforms.connect import Column, ConnectType, DecimalHandlingMode
 from transforms.envelope import Event
 from transforms.errors import CdcnormError, DecodeError, caused_by
 from transforms.frozen import reduce_frozen
@@ -243,6 +243,10 @@ class Decoder(ABC):
     def __init__(self, options: FormatOptions | None = None, metadata: MetadataStore | None = None) -> None:
         self.options = options if options is not None else self.options_model()
         self.metadata: MetadataStore = metadata if metadata is not None else InMemoryMetadataStore()
+        # set by a Pipeline for the duration of one decode whose events go straight to the
+        # emitter under this decimal mode: a decoder that can may then return images already in
+        # Connect JSON form (ChangeEvent.encoded); others ignore it
+        self.emit_direct: DecimalHandlingMode | None = None
 
     @abstractmethod
     def decode(self, message: Message) -> list[Event]:

@@ -63,7 +63,14 @@ from transforms.decoders.mysql_types import (
     column_for_mysql_type,
     wrap_unsigned_bigint,
 )
-from transforms.decoders.rowplan import FastConverter, RowPlans, fast_converter, int_converter
+from transforms.decoders.rowplan import (
+    FastConverter,
+    RowPlans,
+    fast_converter,
+    int_converter,
+    same_key_cells,
+    text_direct,
+)
 from transforms.envelope import (
     ChangeEvent,
     Event,
@@ -258,7 +265,7 @@ class CanalJsonDecoder(Decoder):
         )
         # the type maps and column sets of the shapes, shared by the tables that have equal ones
         self._parts: TableLru[Any, Any] = TableLru(lambda part, _: len(part))
-        self._plans = RowPlans(self._fast_converter)
+        self._plans = RowPlans(self._fast_converter, direct_for=text_direct)
 
     # -- fields ----------------------------------------------------------------------------
 
@@ -341,15 +348,28 @@ class CanalJsonDecoder(Decoder):
         errors: list[DecodeError] = []
         plan = self._plans.plan(schema)
         value = self._value
+        direct = self.emit_direct  # images in Connect JSON form (ChangeEvent.encoded), both or neither
         for i, (before_raw, after_raw, where) in enumerate(pairs):
             try:
-                before = None if before_raw is None else plan.typed(before_raw, where[0], raw, value, i)
-                after = None if after_raw is None else plan.typed(after_raw, where[1], raw, value, i)
+                encoded = direct
+                before = after = None
+                if direct is not None and op is Operation.UPDATE and not same_key_cells(schema.key, before_raw, after_raw):
+                    encoded = None  # a key change: the emitter compares typed key values (see same_key_cells)
+                elif direct is not None:
+                    if before_raw is not None:
+                        before = plan.connect_json(before_raw, where[0], raw, value, direct, i)
+                    if after_raw is not None and (before_raw is None or before is not None):
+                        after = plan.connect_json(after_raw, where[1], raw, value, direct, i)
+                    if (before_raw is not None and before is None) or (after_raw is not None and after is None):
+                        encoded = None
+                if encoded is None:
+                    before = None if before_raw is None else plan.typed(before_raw, where[0], raw, value, i)
+                    after = None if after_raw is None else plan.typed(after_raw, where[1], raw, value, i)
             except DecodeError as exc:  # a bad value loses only its own row
                 exc.row = i
                 errors.append(exc)
                 continue
-            events.append(ChangeEvent(op, schema, before, after, source, ts_ms=ts))
+            events.append(ChangeEvent(op, schema, before, after, source, ts_ms=ts, encoded=encoded))
         return Decoded(events, errors)
 
     def _source_fields(self, doc: Mapping[str, Any], raw: bytes) -> dict[str, Any]:

@@ -72,7 +72,7 @@ from transforms.decoders.connect_values import (
     decode_row,
     decode_value,
 )
-from transforms.decoders.rowplan import FastConverter, fast_converter
+from transforms.decoders.rowplan import FastConverter, fast_converter, same_key_cells
 from transforms.decoders.schemaless_json import ColumnMemory, Inferred
 from transforms.envelope import (
     ChangeEvent,
@@ -732,12 +732,15 @@ class ConnectEnvelopeReader:
         fallback: TableName,
         extra_source: Mapping[str, Any] | None = None,
         absent_columns: frozenset[str] = frozenset(),
+        direct: DecimalHandlingMode | None = None,
     ) -> ChangeEvent | None:
         """The change in one envelope payload; ``None`` for a Debezium ``m`` message.
 
         ``key`` names the key columns (and their values, used to fill a delete whose ``before``
         is missing). ``absent_columns`` are columns that must read UNAVAILABLE when missing
         from an image even if the schema does not declare them (CDL ``LOB_COLUMNS``).
+        ``direct`` (:attr:`Decoder.emit_direct`): the images may come in Connect JSON form for
+        this decimal mode (:attr:`ChangeEvent.encoded`, see :meth:`RowLayout.connect_json`).
         """
         op = self.operation(payload.get("op"))
         if op is None:
@@ -771,12 +774,25 @@ class ConnectEnvelopeReader:
             extra += tuple(Column(n, ConnectType.STRING) for n in sorted(absent_columns - have))
         if extra:
             layout = self.extended_layout(layout, extra)
-        before_row = layout.decode(before, "before") if before is not None else None
-        after_row = layout.decode(after, "after") if after is not None else None
+        encoded: DecimalHandlingMode | None = None
+        before_row: dict[str, Any] | None = None
+        after_row: dict[str, Any] | None = None
+        if direct is not None and op is Operation.UPDATE and not same_key_cells(key_names, before, after):
+            direct = None  # a key change: the emitter compares typed key values (see same_key_cells)
+        if direct is not None:  # both images encoded, or both typed (the emitter encodes them)
+            before_row = layout.connect_json(before, "before", direct) if before is not None else None
+            if before is None or before_row is not None:
+                after_row = layout.connect_json(after, "after", direct) if after is not None else None
+                if after is None or after_row is not None:
+                    encoded = direct
+        if encoded is None:
+            before_row = layout.decode(before, "before") if before is not None else None
+            after_row = layout.decode(after, "after") if after is not None else None
         if op is Operation.DELETE:
             after_row = None
             if before_row is None and key is not None and key.values is not None:
                 before_row = _row_of_key(key, key.values, layout)
+                encoded = None  # typed, as the key types it
         elif op in (Operation.CREATE, Operation.READ):
             before_row = None
             if after_row is None:
@@ -802,6 +818,7 @@ class ConnectEnvelopeReader:
             source=info,
             transaction=self.transaction(payload.get("transaction")),
             ts_ms=ts_ms,
+            encoded=encoded,
         )
 
 

@@ -12,13 +12,13 @@ from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from transforms.connect import Column, ConnectType, Logical
+from transforms.connect import Column, ConnectType, DecimalHandlingMode, Logical
 from transforms.decoders.base import MAX_DECIMAL_EXPONENT, check_decimal_params, check_value, coerce_checked
 from transforms.decoders.connect_schema import FieldError
 from transforms.decoders.fields import INT64_MAX, INT64_MIN
 from transforms.decoders.rowplan import FastConverter, NotFast, RowPlan, fast_converter
 from transforms.errors import caused_by
-from transforms.values import UNAVAILABLE, CoercionError, b64decode, decimal_from_unscaled
+from transforms.values import EPOCH_UNITS, UNAVAILABLE, CoercionError, _b64, b64decode, decimal_from_unscaled
 
 T = TypeVar("T")
 
@@ -199,6 +199,87 @@ def _decimal_decoder(col: Column) -> FastConverter | None:
     return convert
 
 
+def _redundant_sign_byte(data: bytes) -> bool:
+    """Whether two's complement ``data`` (at least 2 bytes) starts with a byte its sign makes
+    redundant (``BigInteger.toByteArray`` and the emitter write the fewest bytes)."""
+    first = data[0]
+    return (first == 0 and data[1] < 0x80) or (first == 0xFF and data[1] >= 0x80)
+
+
+def _decimal_direct(col: Column) -> FastConverter | None:
+    """A Connect Decimal's base64 kept as it is where the emitter would write the same text: the
+    fewest bytes of its unscaled value, in canonical base64, within the fast decoder's bounds."""
+    try:
+        scale = col.scale or 0
+    except ValueError:
+        return None
+    if not 0 <= scale <= MAX_DECIMAL_EXPONENT:
+        return None
+
+    def convert(raw: Any) -> str:
+        if type(raw) is str:
+            data = b64decode(raw)
+            size = len(data)
+            if 0 < size <= _WITHIN_BOUNDS_BYTES and (size == 1 or not _redundant_sign_byte(data)) and _b64(data) == raw:
+                return raw
+        raise NotFast
+
+    return convert
+
+
+def _bytes_direct(raw: Any) -> str:
+    """Base64 bytes kept as they are where they are canonical (what the emitter writes of them)."""
+    if type(raw) is str and _b64(b64decode(raw)) == raw:
+        return raw
+    raise NotFast
+
+
+# the epoch seconds of 0001-01-01T00:00:00 and of 10000-01-01T00:00:00: a naive datetime's range
+_FIRST_SECOND = -62_135_596_800
+_END_SECOND = 253_402_300_800
+# the epoch days of 0001-01-01 and 9999-12-31: a date's range
+_FIRST_DAY = -719_162
+_LAST_DAY = 2_932_896
+
+
+def _epoch_direct(per_second: int) -> FastConverter:
+    """Epoch units kept as they are where the typed datetime holds them exactly (microseconds)."""
+    low, high = _FIRST_SECOND * per_second, _END_SECOND * per_second
+    step = per_second // 1_000_000 if per_second > 1_000_000 else 1  # nanoseconds: whole microseconds only
+
+    def convert(raw: Any) -> int:
+        if type(raw) is int and low <= raw < high and raw % step == 0:
+            return raw
+        raise NotFast
+
+    return convert
+
+
+def _date_direct(raw: Any) -> int:
+    """Epoch days kept as they are within a date's range."""
+    if type(raw) is int and _FIRST_DAY <= raw <= _LAST_DAY:
+        return raw
+    raise NotFast
+
+
+def _direct_encoder(col: Column, mode: DecimalHandlingMode) -> FastConverter | None:
+    """The direct converter of a Connect JSON column (see :data:`~transforms.decoders.rowplan.DirectFor`):
+    where the value as it came is what the emitter would write of its typed value."""
+    logical = col.logical
+    if logical == Logical.DECIMAL:
+        return _decimal_direct(col) if mode is DecimalHandlingMode.PRECISE else None
+    if col.type is ConnectType.STRUCT or col.type is ConnectType.ARRAY:
+        return None
+    per_second = EPOCH_UNITS.get(logical) if logical is not None else None
+    if per_second is not None:
+        return _epoch_direct(per_second)
+    if logical in (Logical.DATE, Logical.CONNECT_DATE):
+        return _date_direct
+    if col.type is ConnectType.BYTES and logical is None:
+        return _bytes_direct
+    return None
+
+
 def _not_fast(_raw: Any) -> Any:
     """The fast converter of a column that has none: every value goes to the full conversion."""
     raise NotFast
@@ -226,7 +307,7 @@ class RowLayout:
     def __init__(self, columns: tuple[Column, ...]) -> None:
         self.columns = columns
         self.names = frozenset(c.name for c in columns)
-        self._plan = RowPlan(columns, _fast_decoder)
+        self._plan = RowPlan(columns, _fast_decoder, _direct_encoder)
         self._derived: dict[Callable[[RowLayout], Any], Any] = {}
 
     def retyped(self, columns: tuple[Column, ...]) -> RowLayout:
@@ -248,6 +329,12 @@ class RowLayout:
     def decode(self, row: Mapping[str, Any], where: str) -> dict[str, Any]:
         """``decode_row(self.columns, row, where)``: a field the columns do not declare is ignored."""
         return self._plan.typed(row, where, None, _decode_cell)
+
+    def connect_json(self, row: Mapping[str, Any], where: str, mode: DecimalHandlingMode) -> dict[str, Any] | None:
+        """:meth:`decode`, with the cells as the emitter encodes them under ``mode``, or ``None``
+        (see :meth:`RowPlan.connect_json`): Connect JSON that is already what the emitter writes
+        is checked and kept."""
+        return self._plan.connect_json(row, where, None, _decode_cell, mode)
 
 
 _SIMPLE_KINDS = frozenset({str, int, float, bool, type(None), dict})

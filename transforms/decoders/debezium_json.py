@@ -132,6 +132,7 @@ class DebeziumJsonDecoder(Decoder):
             schema,
             key=self._key(message, mongodb),
             fallback=self._fallback(message.topic),
+            direct=self.emit_direct,
         )
         return [] if event is None else [event]
 

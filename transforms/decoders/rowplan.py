@@ -28,17 +28,48 @@ from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any, cast
 
-from transforms.connect import MEMO_ENTRIES, Column, ConnectType, Logical, TableSchema
+from transforms.connect import MEMO_ENTRIES, Column, ConnectType, DecimalHandlingMode, Logical, TableSchema
 from transforms.decoders.base import MAX_DECIMAL_DIGITS, MAX_DECIMAL_EXPONENT
 from transforms.decoders.cache import TableLru
-from transforms.values import EPOCH_UNITS, UNAVAILABLE, date_from_epoch, parse_datetime, timestamp_from_epoch
+from transforms.values import (
+    EPOCH_UNITS,
+    UNAVAILABLE,
+    Encoder,
+    _b64,
+    date_from_epoch,
+    encoder_for,
+    encoder_passes,
+    parse_datetime,
+    timestamp_from_epoch,
+)
 
-__all__ = ["FastConverter", "NotFast", "RowPlan", "RowPlans", "decimal_converter", "fast_converter", "int_converter"]
+__all__ = [
+    "DirectFor",
+    "FastConverter",
+    "NotFast",
+    "RowPlan",
+    "RowPlans",
+    "decimal_converter",
+    "fast_converter",
+    "int_converter",
+    "same_key_cells",
+    "text_decimal_direct",
+    "text_direct",
+]
 
 FastConverter = Callable[[Any], Any]
 """``raw value -> typed value``, or raises (any exception) to hand the cell to the full converter."""
 
 SlowConverter = Callable[[Column, Any, str, "bytes | str | None"], Any]
+
+DirectFor = Callable[[Column, DecimalHandlingMode], "FastConverter | None"]
+"""A decoder's *direct* converters: ``raw value -> Connect JSON value`` for a column under a
+decimal handling mode, equal to the emitter's encoder applied to what the fast or full converter
+types (see :meth:`RowPlan.connect_json`); raises (any exception) where it does not take a value.
+``None``: the column has none (the cell is typed, then encoded)."""
+
+# name, column, fast converter, direct converter, the emitter's encoder, the type it passes
+_DirectStep = tuple[str, Column, "FastConverter | None", "FastConverter | None", "Encoder | None", type]
 
 # what check_value allows per integer type; int64 also takes BIGINT UNSIGNED values up to 2^64-1
 _INT_RANGES = {
@@ -110,6 +141,79 @@ def decimal_converter(raw: Any) -> Decimal:
     raise NotFast
 
 
+def _minimal_bytes(unscaled: int) -> bytes:
+    """``BigInteger.toByteArray``: the fewest two's complement bytes (what ``unscaled_bytes`` writes)."""
+    return unscaled.to_bytes((unscaled if unscaled >= 0 else ~unscaled).bit_length() // 8 + 1, "big", signed=True)
+
+
+_ASCII_DIGITS = frozenset("0123456789")
+_POW10 = tuple(10**n for n in range(64))
+
+
+_ABSENT = object()
+
+
+def same_key_cells(key: tuple[str, ...], before: Mapping[str, Any] | None, after: Mapping[str, Any] | None) -> bool:
+    """Whether an update's images have their key cells identical as they came (type and value).
+
+    An update whose key changes is emitted as a delete and a create, and the emitter decides
+    that by comparing the key's values: typed values where they are typed, Connect JSON where
+    the images come encoded (``ChangeEvent.encoded``). The two can disagree (``1.0`` and
+    ``1.00`` are equal decimals but not equal strings in ``decimal.handling.mode=string``), so a
+    decoder hands over encoded images only for an update whose key cells are identical, which
+    gives equal typed values and equal encodings alike; any other update is typed.
+    """
+    if before is None or after is None:
+        return True
+    for name in key:
+        old = before.get(name, _ABSENT)
+        new = after.get(name, _ABSENT)
+        if type(old) is not type(new) or old != new:
+            return False
+    return True
+
+
+def text_decimal_direct(scale: int) -> FastConverter:
+    """A decimal written as plain text (``-12.5``: ASCII digits, at most ``scale`` after the
+    point, at most 40 characters) straight to its Connect Decimal base64 at ``scale``: what
+    :func:`decimal_converter` and the emitter's encoder make of it, without the ``Decimal``."""
+
+    def convert(raw: Any) -> str:
+        if type(raw) is str and 0 < len(raw) <= 40:
+            negative = raw[0] == "-"
+            body = raw[1:] if negative else raw
+            point = body.find(".")
+            if point < 0:
+                whole, fraction = body, ""
+            else:
+                whole, fraction = body[:point], body[point + 1 :]
+            if (
+                whole
+                and len(fraction) <= scale
+                and _ASCII_DIGITS.issuperset(whole)
+                and _ASCII_DIGITS.issuperset(fraction)
+                and (fraction or point < 0)
+            ):
+                shift = scale - len(fraction)
+                unscaled = int(whole + fraction) * (_POW10[shift] if shift < 64 else 10**shift)
+                return _b64(_minimal_bytes(-unscaled if negative else unscaled))
+        raise NotFast
+
+    return convert
+
+
+def text_direct(col: Column, mode: DecimalHandlingMode) -> FastConverter | None:
+    """The direct converters of decoders whose cells come as text and are typed by
+    :func:`fast_converter` (see :data:`DirectFor`): a plain decimal at a fixed scale."""
+    if col.logical == Logical.DECIMAL and mode is DecimalHandlingMode.PRECISE:
+        try:
+            scale = col.scale or 0
+        except ValueError:
+            return None
+        return text_decimal_direct(scale) if 0 <= scale <= MAX_DECIMAL_EXPONENT else None
+    return None
+
+
 def _timestamp_converter(per_second: int) -> FastConverter:
     """Timestamps as text or as epoch units (``per_second`` of them a second)."""
 
@@ -169,10 +273,78 @@ class RowPlan:
     It must map ``None`` to ``None``: a plan passes SQL NULLs through without calling it.
     """
 
-    __slots__ = ("_steps",)
+    __slots__ = ("_direct", "_direct_for", "_steps")
 
-    def __init__(self, columns: tuple[Column, ...], fast_for: Callable[[Column], FastConverter | None]) -> None:
+    def __init__(
+        self,
+        columns: tuple[Column, ...],
+        fast_for: Callable[[Column], FastConverter | None],
+        direct_for: DirectFor | None = None,
+    ) -> None:
         self._steps = tuple((col.name, col, fast_for(col)) for col in columns)
+        self._direct_for = direct_for
+        self._direct: dict[DecimalHandlingMode, tuple[_DirectStep, ...]] = {}
+
+    def _direct_steps(self, mode: DecimalHandlingMode) -> tuple[_DirectStep, ...]:
+        steps = self._direct.get(mode)
+        if steps is None:
+            direct_for = self._direct_for
+            built: list[_DirectStep] = []
+            for name, col, fast in self._steps:
+                enc = encoder_for(col, mode)
+                direct = direct_for(col, mode) if direct_for is not None and enc is not None else None
+                built.append((name, col, fast, direct, enc, encoder_passes(enc) if enc is not None else type(None)))
+            steps = self._direct[mode] = tuple(built)
+        return steps
+
+    def connect_json(
+        self,
+        row: Mapping[str, Any],
+        where: str,
+        payload: bytes | str | None,
+        slow: SlowConverter,
+        mode: DecimalHandlingMode,
+        index: int | None = None,
+    ) -> dict[str, Any] | None:
+        """The row as :meth:`typed` types it, with its cells in Connect JSON form as the emitter
+        encodes them under ``mode`` (``encode_row``); ``None`` when a typed cell's encoding
+        fails (the caller takes the typed row: the emitter reports that failure as it does).
+
+        A cell a direct converter takes skips the typed value: Connect JSON that is already
+        what the emitter would write (a Debezium decimal's base64, epoch milliseconds) is
+        checked and kept. Any other cell is typed as :meth:`typed` types it (the same value,
+        the same errors, in the same order) and then encoded.
+        """
+        out: dict[str, Any] = {}
+        for name, col, fast, direct, enc, passes in self._direct_steps(mode):
+            if name not in row:
+                out[name] = UNAVAILABLE
+                continue
+            raw = row[name]
+            if raw is None:
+                out[name] = None
+                continue
+            if direct is not None:
+                try:
+                    out[name] = direct(raw)
+                    continue
+                except Exception:
+                    pass
+            value: Any
+            if fast is not None:
+                try:
+                    value = fast(raw)
+                except Exception:
+                    value = slow(col, raw, f"{where}.{name}" if index is None else f"{where}[{index}].{name}", payload)
+            else:
+                value = slow(col, raw, f"{where}.{name}" if index is None else f"{where}[{index}].{name}", payload)
+            if enc is not None and value is not None and type(value) is not passes:
+                try:
+                    value = enc(value)
+                except Exception:  # the emitter raises it from the typed row, as always
+                    return None
+            out[name] = value
+        return out
 
     def typed(
         self,
@@ -218,8 +390,10 @@ class RowPlans:
         self,
         fast_for: Callable[[Column], FastConverter | None] = fast_converter,
         max_tables: int | None = None,
+        direct_for: DirectFor | None = None,
     ) -> None:
         self._fast_for = fast_for
+        self._direct_for = direct_for
         self._by_columns: TableLru[tuple[Column, ...], RowPlan] = TableLru(
             lambda columns, _: len(columns), max_tables
         )
@@ -231,7 +405,7 @@ class RowPlans:
             return cast(RowPlan, plan)
         plan = self._by_columns.get(table.columns)
         if plan is None:
-            plan = RowPlan(table.columns, self._fast_for)
+            plan = RowPlan(table.columns, self._fast_for, self._direct_for)
             self._by_columns.put(table.columns, plan)
         if len(memo) < MEMO_ENTRIES:
             memo[self] = plan
