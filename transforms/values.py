@@ -39,6 +39,7 @@ __all__ = [
     "decimal_from_unscaled",
     "encoder_for",
     "encoder_passes",
+    "epoch_units",
     "exact_context",
     "float32_json",
     "infer_column",
@@ -525,7 +526,8 @@ def _zoned(value: dt.datetime) -> str:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-def _epoch_units(value: dt.datetime, per_second: int) -> int:
+def epoch_units(value: dt.datetime, per_second: int) -> int:
+    """A datetime as ``per_second`` units since the epoch (naive: UTC wall time), as Connect JSON holds it."""
     base = EPOCH_UTC if value.tzinfo else EPOCH
     delta = value - base
     return (delta.days * 86_400 + delta.seconds) * per_second + delta.microseconds * per_second // 1_000_000
@@ -605,7 +607,7 @@ def encoder_for(col: Column, mode: DecimalHandlingMode) -> Encoder | None:
         return _guard(lambda v: (_to_date(v) - EPOCH_DATE).days)
     if logical in EPOCH_UNITS:
         per_second = EPOCH_UNITS[logical]
-        return _guard(lambda v: _epoch_units(_to_timestamp(v, logical), per_second))
+        return _guard(lambda v: epoch_units(_to_timestamp(v, logical), per_second))
     if logical == Logical.ZONED_TIMESTAMP:
         return _guard(lambda v: _zoned(v) if isinstance(v, dt.datetime) else v, str)
     if logical in _TIME_UNITS:

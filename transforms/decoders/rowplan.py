@@ -24,6 +24,7 @@ transforms.decoders.rowplan.NotFast
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any, cast
@@ -39,6 +40,7 @@ from transforms.values import (
     date_from_epoch,
     encoder_for,
     encoder_passes,
+    epoch_units,
     parse_datetime,
     timestamp_from_epoch,
 )
@@ -202,15 +204,59 @@ def text_decimal_direct(scale: int) -> FastConverter:
     return convert
 
 
+_EPOCH_ORDINAL = 719_163  # date(1970, 1, 1).toordinal()
+
+
+def _naive_iso(raw: Any) -> dt.datetime:
+    """``YYYY-MM-DD`` or ``YYYY-MM-DD[T ]HH:MM:SS[.f{1,6}]`` (no zone, nothing around it) as
+    ``datetime.fromisoformat`` reads it: the text :func:`parse_datetime` hands to that same call."""
+    if type(raw) is str:
+        n = len(raw)
+        shaped = (n == 10 or (19 <= n <= 26 and n != 20)) and raw.isascii() and raw[4] == "-" and raw[7] == "-"
+        if shaped and (
+            n == 10
+            or (raw[10] in "T " and raw[13] == ":" and raw[16] == ":" and (n == 19 or (raw[19] == "." and raw[20:].isdigit())))
+        ):
+            value = dt.datetime.fromisoformat(raw)
+            if value.tzinfo is None:
+                return value
+    raise NotFast
+
+
+def _text_timestamp_direct(per_second: int) -> FastConverter:
+    """A naive timestamp's text straight to its epoch units (what the emitter encodes it as)."""
+
+    def convert(raw: Any) -> int:
+        return epoch_units(_naive_iso(raw), per_second)
+
+    return convert
+
+
+def _text_date_direct(raw: Any) -> int:
+    """A date's text (``YYYY-MM-DD``) straight to its epoch days."""
+    if type(raw) is str and len(raw) == 10:
+        return _naive_iso(raw).toordinal() - _EPOCH_ORDINAL
+    raise NotFast
+
+
 def text_direct(col: Column, mode: DecimalHandlingMode) -> FastConverter | None:
     """The direct converters of decoders whose cells come as text and are typed by
-    :func:`fast_converter` (see :data:`DirectFor`): a plain decimal at a fixed scale."""
-    if col.logical == Logical.DECIMAL and mode is DecimalHandlingMode.PRECISE:
+    :func:`fast_converter` (see :data:`DirectFor`): a plain decimal at a fixed scale, a naive
+    timestamp, a date."""
+    logical = col.logical
+    if logical == Logical.DECIMAL:
+        if mode is not DecimalHandlingMode.PRECISE:
+            return None
         try:
             scale = col.scale or 0
         except ValueError:
             return None
         return text_decimal_direct(scale) if 0 <= scale <= MAX_DECIMAL_EXPONENT else None
+    per_second = EPOCH_UNITS.get(logical) if logical is not None else None
+    if per_second is not None:
+        return _text_timestamp_direct(per_second)
+    if logical in (Logical.DATE, Logical.CONNECT_DATE):
+        return _text_date_direct
     return None
 
 
