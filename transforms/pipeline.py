@@ -8,7 +8,7 @@ from typing import Any
 
 from mypy_extensions import mypyc_attr
 
-from transforms.decoders import Decoder, Message
+from transforms.decoders import Decoded, Decoder, Message
 from transforms.envelope import ChangeEvent, EmitOptions, Event, OutRecord, emit
 from transforms.errors import DecodeError
 from transforms.frozen import reduce_frozen
@@ -70,7 +70,7 @@ class Pipeline:
 
     def process(self, message: Message) -> list[OutRecord]:
         """The message's records; a bad row fails the message (its DecodeError is raised)."""
-        return emit(self.events(message), self.emit_options)
+        return emit(self._transformed(self._decoded(message).strict()), self.emit_options)
 
     def process_rows(self, message: Message) -> Processed:
         """The records of the message's rows that decode, and an error per row that does not.
@@ -79,16 +79,20 @@ class Pipeline:
         :meth:`process`. A failure of the message as a whole (its envelope, a transform, the
         emitter) is raised, as by :meth:`process`.
         """
-        decoder = self.decoder
-        if self.direct_emit and not self.chain.steps and not self.key_overrides:
-            decoder.emit_direct = self.emit_options.decimal_mode
-            try:
-                decoded = decoder.decode_rows_safely(message)
-            finally:
-                decoder.emit_direct = None
-        else:
-            decoded = decoder.decode_rows_safely(message)
+        decoded = self._decoded(message)
         return Processed(emit(self._transformed(decoded.events), self.emit_options), decoded.row_errors)
+
+    def _decoded(self, message: Message) -> Decoded:
+        """The decoder's events for the emitter: with nothing between them that reads a value,
+        the decoder may hand over images already in Connect JSON form (ChangeEvent.encoded)."""
+        decoder = self.decoder
+        if not (self.direct_emit and not self.chain.steps and not self.key_overrides):
+            return decoder.decode_rows_safely(message)
+        decoder.emit_direct = self.emit_options.decimal_mode
+        try:
+            return decoder.decode_rows_safely(message)
+        finally:
+            decoder.emit_direct = None
 
     def before_chain(self, events: list[Event]) -> list[Event]:
         """Hook between the key overrides and the chain: the events the chain gets (here unchanged)."""

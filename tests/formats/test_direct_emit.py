@@ -195,15 +195,21 @@ def test_a_plain_datetime_text_is_the_epoch_value_the_emitter_writes(col: Column
 # ----------------------------------------------------------------------------- records
 
 
+def _records(records: list[Any]) -> list[Any]:
+    return [(r.topic, r.key_bytes(), r.value_bytes(), r.headers) for r in records]
+
+
 def _outcome(pipeline: Pipeline, message: Message) -> Any:
+    """What process_rows and process make of the message (records, or the error)."""
     try:
         processed = pipeline.process_rows(message)
     except Exception as exc:  # compared between the two paths
         return ("error", type(exc).__name__, str(exc))
-    return (
-        [(r.topic, r.key_bytes(), r.value_bytes(), r.headers) for r in processed.records],
-        [(type(e).__name__, str(e), e.row) for e in processed.row_errors],
-    )
+    try:
+        whole: Any = _records(pipeline.process(message))
+    except Exception as exc:  # all or nothing: a bad row fails the message
+        whole = ("error", type(exc).__name__, str(exc))
+    return _records(processed.records), [(type(e).__name__, str(e), e.row) for e in processed.row_errors], whole
 
 
 def _pipelines(seed: Any, mode_option: str | None = None) -> tuple[Pipeline, Pipeline]:
