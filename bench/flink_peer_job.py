@@ -12,7 +12,9 @@ filesystem sink with ``debezium-json``, parallelism 1, streaming mode (the CDC f
 changelog sources, which batch mode refuses). On stdout, one JSON line:
 ``{"rows": N, "wall_s": ..., "cpu_s": ...}``: the rows in the output files, the seconds from
 submitting the job to its end, and the CPU seconds of this process and the JVM it started
-(``/proc``), start-up included; the caller takes the difference of two sizes.
+(``/proc``), start-up included; the caller takes the difference of two sizes. ``pids``: the
+JVM and any other process this one started, which outlive it for a few seconds of shutdown (the
+caller waits for them, so they do not run beside the next measurement).
 """
 
 from __future__ import annotations
@@ -25,17 +27,20 @@ from pathlib import Path
 from typing import Any
 
 
-def _tree_cpu_seconds(root: int) -> float:
-    """User + system CPU seconds of ``root`` and every descendant alive, from ``/proc``."""
+def _tree(root: int) -> tuple[float, list[int]]:
+    """User + system CPU seconds of ``root`` and every descendant alive, from ``/proc``, and the
+    descendants' pids."""
     ticks = os.sysconf("SC_CLK_TCK")
     total = 0
     todo = [root]
+    seen: list[int] = []
     while todo:
         pid = todo.pop()
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue
+        seen.append(pid)
         fields = stat[stat.rindex(")") + 2 :].split()
         total += int(fields[11]) + int(fields[12])
         for task in Path(f"/proc/{pid}/task").iterdir():
@@ -43,7 +48,7 @@ def _tree_cpu_seconds(root: int) -> float:
                 todo.extend(int(c) for c in (task / "children").read_text().split())
             except OSError:
                 continue
-    return total / ticks
+    return total / ticks, [pid for pid in seen if pid != root]
 
 
 def _quote(name: str) -> str:
@@ -68,13 +73,13 @@ def main(job_file: str) -> int:
     started = time.perf_counter()
     env.execute_sql("INSERT INTO sink SELECT * FROM source").wait()
     wall = time.perf_counter() - started
-    cpu = _tree_cpu_seconds(os.getpid())
+    cpu, pids = _tree(os.getpid())
     rows = 0
     for path in Path(job["output"]).rglob("*"):
         if path.is_file() and not path.name.endswith(".crc"):
             with path.open("rb") as f:
                 rows += sum(1 for _ in f)
-    print(json.dumps({"rows": rows, "wall_s": wall, "cpu_s": cpu}), flush=True)
+    print(json.dumps({"rows": rows, "wall_s": wall, "cpu_s": cpu, "pids": pids}), flush=True)
     return 0
 
 

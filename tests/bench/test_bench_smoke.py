@@ -11,12 +11,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bench import decoders
+from bench import decoders, flink_peer
 from bench.common import BenchReport, Ratio, interleaved, percentile, summary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,6 +118,20 @@ def test_flink_peer_bench(tmp_path: Path) -> None:
                             for unit in ("CPU second", "wall second")}
     assert by_name["canal-json msgs per CPU second"]["target"] == 1.0
     assert by_name["canal-json msgs per CPU second"]["baseline_name"] == "Flink SQL"
+
+
+def test_flink_peer_waits_for_the_peers_processes_to_end() -> None:
+    """The Flink job's JVM outlives the job's Python process for seconds of shutdown: the bench
+    waits for it, so it does not run beside cdcnorm's next measurement."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.6)"])
+    started = time.monotonic()
+    flink_peer.wait_gone([child.pid])
+    waited = time.monotonic() - started
+    child.wait()
+    assert 0.4 < waited < 10
+    started = time.monotonic()
+    flink_peer.wait_gone([child.pid, 2**22 + 12345])  # gone (reaped), never was: no wait
+    assert time.monotonic() - started < 0.5
 
 
 def _run_bench(name: str, tmp_path: Path, *args: str, timeout: float) -> dict[str, Any]:
