@@ -312,6 +312,26 @@ def fast_converter(col: Column) -> FastConverter | None:
     return None
 
 
+def _typed_cell(
+    name: str,
+    col: Column,
+    fast: FastConverter | None,
+    raw: Any,
+    where: str,
+    payload: bytes | str | None,
+    slow: SlowConverter,
+    index: int | None,
+) -> Any:
+    """A present, non-null cell typed: by its fast converter where it takes the value, else by the
+    full one (its path, ``<where>[<index>].<column>``, is only built then)."""
+    if fast is not None:
+        try:
+            return fast(raw)
+        except Exception:
+            pass
+    return slow(col, raw, f"{where}.{name}" if index is None else f"{where}[{index}].{name}", payload)
+
+
 class RowPlan:
     """The converters of one table's columns; :meth:`typed` types a row image with them.
 
@@ -376,14 +396,7 @@ class RowPlan:
                     continue
                 except Exception:
                     pass
-            value: Any
-            if fast is not None:
-                try:
-                    value = fast(raw)
-                except Exception:
-                    value = slow(col, raw, f"{where}.{name}" if index is None else f"{where}[{index}].{name}", payload)
-            else:
-                value = slow(col, raw, f"{where}.{name}" if index is None else f"{where}[{index}].{name}", payload)
+            value = _typed_cell(name, col, fast, raw, where, payload, slow, index)
             if enc is not None and value is not None and type(value) is not passes:
                 try:
                     value = enc(value)
@@ -415,14 +428,7 @@ class RowPlan:
             if raw is None:
                 out[name] = None
                 continue
-            if fast is not None:
-                try:
-                    out[name] = fast(raw)
-                    continue
-                except Exception:
-                    pass
-            path = f"{where}.{name}" if index is None else f"{where}[{index}].{name}"
-            out[name] = slow(col, raw, path, payload)
+            out[name] = _typed_cell(name, col, fast, raw, where, payload, slow, index)
         return out
 
 
