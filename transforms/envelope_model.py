@@ -193,7 +193,7 @@ class ChangeEvent:
     topic: str | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
     # set by a decoder whose pipeline sends its events straight to the emitter (no chain, see
-    # Pipeline.process_rows): ``before``/``after`` are already in Connect JSON form under this
+    # Pipeline._decoded): ``before``/``after`` are already in Connect JSON form under this
     # decimal handling mode (what the emitter's encoders would make of the typed values), so the
     # emitter does not encode them again. Never set on events that anything else reads.
     encoded: DecimalHandlingMode | None = field(default=None, compare=False, repr=False)

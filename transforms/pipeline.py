@@ -57,7 +57,7 @@ class Pipeline:
         self.emit_options = emit_options
         self.chain = chain or TransformChain()
         self.key_overrides = dict(key_overrides or {})
-        # whether process_rows may let the decoder encode images for the emitter itself
+        # whether _decoded may let the decoder encode images for the emitter itself
         # (ChangeEvent.encoded): only where nothing between them reads or changes a value (no key
         # overrides, no chain, and a before_chain hook that only drops events); a subclass whose
         # hook reads values sets it False

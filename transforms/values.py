@@ -43,6 +43,7 @@ __all__ = [
     "exact_context",
     "float32_json",
     "infer_column",
+    "minimal_bytes",
     "parse_datetime",
     "parse_time",
     "timestamp_from_epoch",
@@ -208,8 +209,17 @@ def unscaled_bytes(value: Decimal, scale: int) -> bytes:
                 unscaled += 1
     else:  # no number: as Decimal says (int() of a NaN or an infinity raises)
         unscaled = int(value)
-    # the fewest bytes, as Java's BigInteger.toByteArray: -128 is 0x80, not 0xff80 (Connect's
-    # JsonConverter writes a decimal back that way, so a longer form does not round-trip)
+    return minimal_bytes(unscaled)
+
+
+def minimal_bytes(unscaled: int) -> bytes:
+    """The fewest big-endian two's complement bytes of an integer, as Java's
+    ``BigInteger.toByteArray``: -128 is 0x80, not 0xff80 (Connect's JsonConverter writes a
+    decimal back that way, so a longer form does not round-trip).
+
+    >>> minimal_bytes(-128).hex(), minimal_bytes(128).hex(), minimal_bytes(0).hex()
+    ('80', '0080', '00')
+    """
     magnitude = unscaled if unscaled >= 0 else ~unscaled
     return unscaled.to_bytes(magnitude.bit_length() // 8 + 1, "big", signed=True)
 

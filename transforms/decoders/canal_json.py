@@ -350,21 +350,11 @@ class CanalJsonDecoder(Decoder):
         value = self._value
         direct = self.emit_direct  # images in Connect JSON form (ChangeEvent.encoded), both or neither
         for i, (before_raw, after_raw, where) in enumerate(pairs):
+            mode = direct
+            if mode is not None and op is Operation.UPDATE and not same_key_cells(schema.key, before_raw, after_raw):
+                mode = None  # a key change: the emitter compares typed key values (see same_key_cells)
             try:
-                encoded = direct
-                before = after = None
-                if direct is not None and op is Operation.UPDATE and not same_key_cells(schema.key, before_raw, after_raw):
-                    encoded = None  # a key change: the emitter compares typed key values (see same_key_cells)
-                elif direct is not None:
-                    if before_raw is not None:
-                        before = plan.connect_json(before_raw, where[0], raw, value, direct, i)
-                    if after_raw is not None and (before_raw is None or before is not None):
-                        after = plan.connect_json(after_raw, where[1], raw, value, direct, i)
-                    if (before_raw is not None and before is None) or (after_raw is not None and after is None):
-                        encoded = None
-                if encoded is None:
-                    before = None if before_raw is None else plan.typed(before_raw, where[0], raw, value, i)
-                    after = None if after_raw is None else plan.typed(after_raw, where[1], raw, value, i)
+                before, after, encoded = plan.images(before_raw, after_raw, where, raw, value, mode, i)
             except DecodeError as exc:  # a bad value loses only its own row
                 exc.row = i
                 errors.append(exc)

@@ -774,20 +774,9 @@ class ConnectEnvelopeReader:
             extra += tuple(Column(n, ConnectType.STRING) for n in sorted(absent_columns - have))
         if extra:
             layout = self.extended_layout(layout, extra)
-        encoded: DecimalHandlingMode | None = None
-        before_row: dict[str, Any] | None = None
-        after_row: dict[str, Any] | None = None
         if direct is not None and op is Operation.UPDATE and not same_key_cells(key_names, before, after):
             direct = None  # a key change: the emitter compares typed key values (see same_key_cells)
-        if direct is not None:  # both images encoded, or both typed (the emitter encodes them)
-            before_row = layout.connect_json(before, "before", direct) if before is not None else None
-            if before is None or before_row is not None:
-                after_row = layout.connect_json(after, "after", direct) if after is not None else None
-                if after is None or after_row is not None:
-                    encoded = direct
-        if encoded is None:
-            before_row = layout.decode(before, "before") if before is not None else None
-            after_row = layout.decode(after, "after") if after is not None else None
+        before_row, after_row, encoded = layout.images(before, after, direct)
         if op is Operation.DELETE:
             after_row = None
             if before_row is None and key is not None and key.values is not None:

@@ -330,6 +330,13 @@ class RowLayout:
         """``decode_row(self.columns, row, where)``: a field the columns do not declare is ignored."""
         return self._plan.typed(row, where, None, _decode_cell)
 
+    def images(
+        self, before: Mapping[str, Any] | None, after: Mapping[str, Any] | None, mode: DecimalHandlingMode | None
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, DecimalHandlingMode | None]:
+        """:meth:`RowPlan.images` of an envelope's ``before`` and ``after``: both encoded under
+        ``mode`` (returned), or both typed (``None``)."""
+        return self._plan.images(before, after, ("before", "after"), None, _decode_cell, mode)
+
     def connect_json(self, row: Mapping[str, Any], where: str, mode: DecimalHandlingMode) -> dict[str, Any] | None:
         """:meth:`decode`, with the cells as the emitter encodes them under ``mode``, or ``None``
         (see :meth:`RowPlan.connect_json`): Connect JSON that is already what the emitter writes

@@ -41,6 +41,7 @@ from transforms.values import (
     encoder_for,
     encoder_passes,
     epoch_units,
+    minimal_bytes,
     parse_datetime,
     timestamp_from_epoch,
 )
@@ -143,11 +144,6 @@ def decimal_converter(raw: Any) -> Decimal:
     raise NotFast
 
 
-def _minimal_bytes(unscaled: int) -> bytes:
-    """``BigInteger.toByteArray``: the fewest two's complement bytes (what ``unscaled_bytes`` writes)."""
-    return unscaled.to_bytes((unscaled if unscaled >= 0 else ~unscaled).bit_length() // 8 + 1, "big", signed=True)
-
-
 _ASCII_DIGITS = frozenset("0123456789")
 _POW10 = tuple(10**n for n in range(64))
 
@@ -198,7 +194,7 @@ def text_decimal_direct(scale: int) -> FastConverter:
             ):
                 shift = scale - len(fraction)
                 unscaled = int(whole + fraction) * (_POW10[shift] if shift < 64 else 10**shift)
-                return _b64(_minimal_bytes(-unscaled if negative else unscaled))
+                return _b64(minimal_bytes(-unscaled if negative else unscaled))
         raise NotFast
 
     return convert
@@ -404,6 +400,32 @@ class RowPlan:
                     return None
             out[name] = value
         return out
+
+    def images(
+        self,
+        before: Mapping[str, Any] | None,
+        after: Mapping[str, Any] | None,
+        where: tuple[str, str],
+        payload: bytes | str | None,
+        slow: SlowConverter,
+        mode: DecimalHandlingMode | None,
+        index: int | None = None,
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None, DecimalHandlingMode | None]:
+        """A change's before and after images: both in Connect JSON form under ``mode``
+        (:meth:`connect_json`) and ``mode`` returned (for ``ChangeEvent.encoded``), or, where
+        ``mode`` is ``None`` or an image's encoding fails, both typed (:meth:`typed`) and ``None``.
+        ``where`` is the field path of each image."""
+        if mode is not None:
+            before_json = None if before is None else self.connect_json(before, where[0], payload, slow, mode, index)
+            if before is None or before_json is not None:
+                after_json = None if after is None else self.connect_json(after, where[1], payload, slow, mode, index)
+                if after is None or after_json is not None:
+                    return before_json, after_json, mode
+        return (
+            None if before is None else self.typed(before, where[0], payload, slow, index),
+            None if after is None else self.typed(after, where[1], payload, slow, index),
+            None,
+        )
 
     def typed(
         self,
